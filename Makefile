@@ -1,0 +1,35 @@
+# One obvious command per job. The first one you run creates .venv/ by itself.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# make verify SMOKE=1 ONLY="00 03" SOLUTIONS=1 NPROC=3 DEVICE=cpu
+VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) \
+               $(if $(NPROC),--nproc $(NPROC)) $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
+
+.PHONY: setup verify test lint lab clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-dev.txt -e .
+	# the notebooks name the kernel "python3": make it this environment's Python
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ddp-course)"
+	touch $(STAMP)
+
+verify: setup  ## execute every notebook headlessly and report
+	$(PY) -m coursekit.verify $(VERIFY_FLAGS)
+
+test: setup  ## the test suite (CI runs exactly this)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+clean:  ## executed notebooks, results, run directories
+	rm -rf build

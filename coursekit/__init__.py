@@ -1,0 +1,20 @@
+"""Plumbing for the course notebooks: tiers and parameters, the launcher runner, results.
+
+Lesson content lives in the notebooks and launchers; this package only runs them.
+"""
+
+from .config import ParameterError, Setup, configure
+from .results import load_results, save_results
+from .runner import LauncherFailed, LauncherTimeout, RunResult, run_launcher
+
+__all__ = [
+    "LauncherFailed",
+    "LauncherTimeout",
+    "ParameterError",
+    "RunResult",
+    "Setup",
+    "configure",
+    "load_results",
+    "run_launcher",
+    "save_results",
+]

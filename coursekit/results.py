@@ -1,0 +1,42 @@
+"""The results contract: each notebook's key figures in RESULTS_DIR/<notebook stem>.json.
+
+Flat ``name: number | string | bool``, plus the tier the notebook ran on. Tests and the
+verify report read these files, never the notebook's printed text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from pathlib import Path
+
+from .config import Setup
+
+
+def save_results(stem: str, figures: dict, setup: Setup) -> Path:
+    """Write ``figures`` for notebook ``stem`` and print them; returns the file's path."""
+    record: dict[str, object] = {"notebook": stem, "tier": setup.tier, "device": setup.device,
+                                 "nproc": setup.nproc, "smoke": setup.smoke}
+    for name, value in figures.items():
+        if isinstance(value, numbers.Number) and not isinstance(value, bool):
+            value = value.item() if hasattr(value, "item") else value  # numpy / torch scalars
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"result {name!r} is {value}: only finite numbers are figures")
+        elif not isinstance(value, (str, bool)):
+            raise TypeError(f"result {name!r} is a {type(value).__name__}: results are flat "
+                            "numbers, strings or booleans")
+        record[name] = value
+    setup.results_dir.mkdir(parents=True, exist_ok=True)
+    path = setup.results_dir / f"{stem}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    width = max(map(len, record))
+    print(f"results -> {path}")
+    for name, value in record.items():
+        shown = f"{value:.4g}" if isinstance(value, float) else value
+        print(f"  {name:<{width}}  {shown}")
+    return path
+
+
+def load_results(stem: str, results_dir: str | Path) -> dict:
+    return json.loads((Path(results_dir) / f"{stem}.json").read_text())

@@ -1,0 +1,175 @@
+"""The instructor's verify command: execute every notebook headlessly and report.
+
+    python -m coursekit.verify [--smoke] [--nproc N] [--device cpu|cuda] [NOTEBOOK ...]
+
+Runs the notebooks in order with papermill on this machine's tier, saves the executed
+copies under build/executed/, prints a summary table (status, seconds, the failing cell
+and its error, key figures from the results files) and exits non-zero if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# jsonschema (under nbformat) imports rfc3987_syntax when it is installed, which builds a
+# grammar for 1.7 s; no notebook here has IRI-formatted fields, so skip that format checker.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat  # noqa: E402
+import papermill  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
+from .config import check_parameters  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke"}
+
+
+@dataclass
+class NotebookReport:
+    notebook: str
+    status: str = "not run"  # passed | failed | timed out
+    seconds: float = 0.0
+    failed_cell: int | None = None  # index in the committed notebook
+    error: str = ""
+    tier: str | None = None  # as the notebook's results file reports it
+    figures: dict = field(default_factory=dict)
+
+
+def select(notebooks_dir: Path, wanted: list[str]) -> list[Path]:
+    """All notebooks in course order, or those whose file name starts with one of ``wanted``."""
+    everything = sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb"))
+    if not wanted:
+        return everything
+    chosen = [nb for nb in everything if any(nb.name.startswith(w) for w in wanted)]
+    unknown = [w for w in wanted if not any(nb.name.startswith(w) for nb in everything)]
+    if unknown:
+        names = ", ".join(nb.stem for nb in everything)
+        raise SystemExit(f"no notebook matches {', '.join(unknown)}; there are: {names}")
+    return chosen
+
+
+def _failed_cell(executed: Path) -> int | None:
+    """Index, in the committed notebook, of the cell that failed or was cut off."""
+    nb = nbformat.read(executed, as_version=4)
+    source_index = 0
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            continue  # papermill added it; the committed notebook has no such cell
+        pm = cell.metadata.get("papermill", {})
+        if pm.get("exception") or pm.get("status") == "running":
+            return source_index
+        source_index += 1
+    return None
+
+
+def run_notebook(path: Path, out_dir: Path, parameters: dict, timeout_s: float) -> NotebookReport:
+    report = NotebookReport(notebook=path.stem)
+    executed = out_dir / "executed" / path.name
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    results_file = Path(parameters["RESULTS_DIR"]) / f"{path.stem}.json"
+    results_file.unlink(missing_ok=True)  # a stale file must not pass for this run's figures
+    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    try:
+        papermill.execute_notebook(
+            str(path),
+            str(executed),
+            parameters=parameters,
+            cwd=str(path.parent),
+            kernel_name="python3",
+            progress_bar=False,
+            # the whole notebook shares one deadline: each cell gets what is left of it,
+            # and a cell cut off is interrupted, so the runner's cleanup kills its processes
+            timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
+            interrupt_on_timeout=True,
+            # a local socket file instead of TCP ports: nothing else on the machine can connect
+            config=Config({"KernelManager": {"transport": "ipc"}}) if os.name == "posix" else None,
+        )
+        report.status = "passed"
+    except Exception as err:  # noqa: BLE001 - any failure of a notebook is reported, not raised
+        report.status = "timed out" if time.monotonic() >= deadline else "failed"
+        ename, evalue = getattr(err, "ename", type(err).__name__), getattr(err, "evalue", str(err))
+        report.error = f"{ename}: {evalue}".strip().splitlines()[0][:300]
+        if executed.exists():
+            report.failed_cell = _failed_cell(executed)
+    report.seconds = time.monotonic() - start
+    if results_file.exists():
+        figures = json.loads(results_file.read_text())
+        report.tier = figures.get("tier")
+        report.figures = {k: v for k, v in figures.items() if k not in CONTEXT_KEYS}
+    return report
+
+
+def _shown(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def summary_table(reports: list[NotebookReport], figures_per_row: int = 4) -> str:
+    rows = [("notebook", "status", "seconds", "failed cell / error or key figures")]
+    for r in reports:
+        if r.status == "passed":
+            shown = list(r.figures.items())[:figures_per_row]
+            detail = ", ".join(f"{k}={_shown(v)}" for k, v in shown)
+        else:
+            detail = f"cell {r.failed_cell}: {r.error}" if r.failed_cell is not None else r.error
+        rows.append((r.notebook, r.status, f"{r.seconds:.1f}", detail))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [
+        "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows
+    ]
+    lines.insert(1, "-" * min(120, max(map(len, lines))))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", help="run only these (prefixes: 00 03 ...)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (SMOKE=True)")
+    parser.add_argument("--nproc", type=int, help="ranks per launched run (NPROC)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="force a tier (DEVICE)")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds per notebook")
+    parser.add_argument("--build", type=Path, default=ROOT / "build", help="output folder")
+    args = parser.parse_args(argv)
+
+    notebooks = select(ROOT / "notebooks", args.notebooks)
+    parameters: dict = {"SMOKE": args.smoke, "RESULTS_DIR": str((args.build / "results").resolve())}
+    if args.nproc is not None:
+        parameters["NPROC"] = args.nproc
+    if args.device is not None:
+        parameters["DEVICE"] = args.device
+    # the notebooks' own parameter checks, before any kernel starts
+    check_parameters(parameters.get("DEVICE", "auto"), parameters.get("NPROC"), 1, args.smoke)
+    print(f"verifying {len(notebooks)} notebook(s){' with SMOKE sizes' if args.smoke else ''}")
+
+    reports = []
+    bar = tqdm(notebooks, unit="notebook", file=sys.stdout, dynamic_ncols=True)
+    for path in bar:
+        bar.set_description(path.stem)
+        reports.append(run_notebook(path, args.build, parameters, args.timeout))
+        bar.set_postfix(failed=sum(r.status != "passed" for r in reports))
+    bar.close()
+
+    tiers = {r.tier for r in reports} - {None}
+    tier = ", ".join(sorted(tiers)) or "unknown (no notebook wrote results)"
+    print(f"\ntier: {tier}")
+    print(summary_table(reports))
+    (args.build / "verify.json").write_text(
+        json.dumps({"tier": tier, "parameters": parameters,
+                    "notebooks": [asdict(r) for r in reports]}, indent=2) + "\n"
+    )  # fmt: skip
+    failed = [r.notebook for r in reports if r.status != "passed"]
+    print(f"\nexecuted copies in {args.build / 'executed'}; "
+          + (f"FAILED: {', '.join(failed)}" if failed else "all passed"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

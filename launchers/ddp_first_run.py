@@ -1,0 +1,70 @@
+"""Your first DDP program, torchrun form: CPU processes with gloo, or one GPU per rank with NCCL.
+
+    torchrun --nproc-per-node 2 launchers/ddp_first_run.py --steps 60
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    torchrun_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    print("identity", *(f"{name}={os.environ[name]}" for name in torchrun_vars),
+          f"pid={os.getpid()} parent={os.getppid()} device={device} backend={backend}")
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr)
+
+    true_weights = torch.randn(20, 1, generator=torch.Generator().manual_seed(42))
+    data = torch.Generator().manual_seed(1000 + rank)  # every rank draws different samples
+    losses = []
+    for step in range(args.steps):
+        x = torch.randn(args.batch_size, 20, generator=data)
+        y = x @ true_weights + 0.1 * torch.randn(args.batch_size, 1, generator=data)
+        loss = nn.functional.mse_loss(ddp_model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()  # DDP averages the gradients over all ranks during backward
+        optimizer.step()
+        losses.append(loss.item())
+        if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
+            print(f"step {step:3d}  loss {loss.item():.4f}")
+
+    # every rank sends its losses and a parameter checksum to rank 0
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    gathered = [None] * world_size
+    dist.gather_object({"losses": losses, "checksum": checksum}, gathered if rank == 0 else None)
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
