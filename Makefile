@@ -4,11 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# make verify SMOKE=1 ONLY="00 03" SOLUTIONS=1 NPROC=3 DEVICE=cpu
-VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) \
-               $(if $(NPROC),--nproc $(NPROC)) $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
+# make verify SMOKE=1 ONLY="00 03" NPROC=3 DEVICE=cpu
+VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(NPROC),--nproc $(NPROC)) \
+               $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab clean
+.PHONY: setup verify test lint lab bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,9 @@ test: setup  ## the test suite (CI runs exactly this)
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+bench: setup  ## overhead of the verify command over the runs it launches
+	$(PY) benchmarks/verify_overhead.py
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -24,7 +24,7 @@ def save_results(stem: str, figures: dict, setup: Setup) -> Path:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"result {name!r} is {value}: only finite numbers are figures")
         elif not isinstance(value, (str, bool)):
-            raise TypeError(f"result {name!r} is a {type(value).__name__}: results are flat "
+            raise TypeError(f"result {name!r} is a {type(value).__name__}: figures are flat "
                             "numbers, strings or booleans")
         record[name] = value
     setup.results_dir.mkdir(parents=True, exist_ok=True)

@@ -296,6 +296,8 @@ def run_command(
         reader.join(timeout=1)
         result.seconds = time.monotonic() - start
         result.returncode = proc.returncode
+        summary = {k: getattr(result, k) for k in ("cmd", "nproc", "returncode", "seconds")}
+        (run_dir / "run.json").write_text(json.dumps({**summary, "timed_out": result.timed_out}))
 
     if result.timed_out:
         raise LauncherTimeout(

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,10 +25,11 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat  # noqa: E402
 import papermill  # noqa: E402
+from jupyter_client import AsyncKernelManager  # noqa: E402
+from jupyter_core.utils import run_sync  # noqa: E402
 from tqdm import tqdm  # noqa: E402
-from traitlets.config import Config  # noqa: E402
 
-from .config import check_parameters  # noqa: E402
+from .config import ParameterError, check_parameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke"}
@@ -61,7 +64,7 @@ def _failed_cell(executed: Path) -> int | None:
     nb = nbformat.read(executed, as_version=4)
     source_index = 0
     for cell in nb.cells:
-        if "injected-parameters" in cell.metadata.get("tags", []):
+        if {"injected-parameters", "papermill-error-cell-tag"} & set(cell.metadata.get("tags", [])):
             continue  # papermill added it; the committed notebook has no such cell
         pm = cell.metadata.get("papermill", {})
         if pm.get("exception") or pm.get("status") == "running":
@@ -70,7 +73,26 @@ def _failed_cell(executed: Path) -> int | None:
     return None
 
 
-def run_notebook(path: Path, out_dir: Path, parameters: dict, timeout_s: float) -> NotebookReport:
+def start_kernel(notebook: Path, sockets_dir: Path) -> AsyncKernelManager:
+    """Start the notebook's kernel now: it boots while the previous notebook still runs.
+
+    Async, as nbclient expects: its blocking twin would stall nbclient's event loop and
+    with it the cell timeouts.
+    """
+    # on POSIX a local socket file instead of TCP ports: nothing else on the machine can connect
+    ipc = {"transport": "ipc", "ip": str(sockets_dir / notebook.stem)} if os.name == "posix" else {}
+    km = AsyncKernelManager(kernel_name="python3", **ipc)
+    run_sync(km.start_kernel)(cwd=str(notebook.parent))
+    return km
+
+
+def stop_kernel(km: AsyncKernelManager) -> None:
+    run_sync(km.shutdown_kernel)(now=True)
+
+
+def run_notebook(
+    path: Path, out_dir: Path, parameters: dict, timeout_s: float, km: AsyncKernelManager
+) -> NotebookReport:
     report = NotebookReport(notebook=path.stem)
     executed = out_dir / "executed" / path.name
     executed.parent.mkdir(parents=True, exist_ok=True)
@@ -90,8 +112,7 @@ def run_notebook(path: Path, out_dir: Path, parameters: dict, timeout_s: float) 
             # and a cell cut off is interrupted, so the runner's cleanup kills its processes
             timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
             interrupt_on_timeout=True,
-            # a local socket file instead of TCP ports: nothing else on the machine can connect
-            config=Config({"KernelManager": {"transport": "ipc"}}) if os.name == "posix" else None,
+            km=km,
         )
         report.status = "passed"
     except Exception as err:  # noqa: BLE001 - any failure of a notebook is reported, not raised
@@ -137,25 +158,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="force a tier (DEVICE)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per notebook")
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="output folder")
+    parser.add_argument("--notebooks-dir", type=Path, default=ROOT / "notebooks",
+                        help="where the NN_*.ipynb notebooks are")  # fmt: skip
     args = parser.parse_args(argv)
 
-    notebooks = select(ROOT / "notebooks", args.notebooks)
+    notebooks = select(args.notebooks_dir, args.notebooks)
     parameters: dict = {"SMOKE": args.smoke, "RESULTS_DIR": str((args.build / "results").resolve())}
     if args.nproc is not None:
         parameters["NPROC"] = args.nproc
     if args.device is not None:
         parameters["DEVICE"] = args.device
     # the notebooks' own parameter checks, before any kernel starts
-    check_parameters(parameters.get("DEVICE", "auto"), parameters.get("NPROC"), 1, args.smoke)
+    try:
+        check_parameters(parameters.get("DEVICE", "auto"), parameters.get("NPROC"), 1, args.smoke)
+    except ParameterError as err:
+        parser.error(str(err).replace("NPROC=", "--nproc ").replace("DEVICE=", "--device "))
     print(f"verifying {len(notebooks)} notebook(s){' with SMOKE sizes' if args.smoke else ''}")
 
-    reports = []
-    bar = tqdm(notebooks, unit="notebook", file=sys.stdout, dynamic_ncols=True)
-    for path in bar:
-        bar.set_description(path.stem)
-        reports.append(run_notebook(path, args.build, parameters, args.timeout))
-        bar.set_postfix(failed=sum(r.status != "passed" for r in reports))
-    bar.close()
+    reports: list[NotebookReport] = []
+    sockets_dir = Path(tempfile.mkdtemp(prefix="verify-kernels-"))
+    kernels = [start_kernel(notebooks[0], sockets_dir)]
+    bar = tqdm(notebooks, unit="notebook", dynamic_ncols=True)  # on stderr: stdout is the report
+    try:
+        for i, path in enumerate(bar):
+            bar.set_description(path.stem)
+            km = kernels.pop()
+            if i + 1 < len(notebooks):
+                kernels.append(start_kernel(notebooks[i + 1], sockets_dir))
+            try:
+                reports.append(run_notebook(path, args.build, parameters, args.timeout, km))
+            finally:
+                stop_kernel(km)
+            bar.set_postfix(failed=sum(r.status != "passed" for r in reports))
+    finally:
+        bar.close()
+        for km in kernels:
+            stop_kernel(km)
+        shutil.rmtree(sockets_dir, ignore_errors=True)
 
     tiers = {r.tier for r in reports} - {None}
     tier = ", ".join(sorted(tiers)) or "unknown (no notebook wrote results)"

@@ -1,0 +1,66 @@
+"""Launchers: each equals its %%writefile cell and runs on its own under torchrun."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from conftest import NOTEBOOKS, ROOT
+
+import coursekit
+
+LAUNCHERS = ROOT / "launchers"
+# scripts that start their own processes (mp.spawn) instead of running under torchrun
+SELF_SPAWNING = {"ddp_spawn_classic.py"}
+
+
+def writefile_cells() -> dict[Path, tuple[str, str]]:
+    """launcher path -> (notebook name, the cell's body), for every %%writefile cell."""
+    cells = {}
+    for notebook in NOTEBOOKS:
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type == "code" and cell.source.startswith("%%writefile"):
+                first, body = cell.source.split("\n", 1)
+                target = (notebook.parent / first.split()[1]).resolve()
+                assert target not in cells, f"{target.name} is written by two cells"
+                cells[target] = (notebook.name, body)
+    return cells
+
+
+def torchrun_launchers() -> list[Path]:
+    return sorted(p for p in LAUNCHERS.glob("*.py") if p.name not in SELF_SPAWNING)
+
+
+def test_every_launcher_equals_its_writefile_cell():
+    cells = writefile_cells()
+    committed = {p.resolve() for p in LAUNCHERS.glob("*.py")}
+    assert committed == set(cells), "every launcher is written by exactly one notebook cell"
+    for path, (notebook, body) in cells.items():
+        # %%writefile writes the cell body; Jupyter keeps no trailing newline on cells
+        assert path.read_text() == body + "\n", f"{path.name} differs from its cell in {notebook}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2, 3])
+@pytest.mark.parametrize("launcher", torchrun_launchers(), ids=lambda p: p.stem)
+def test_launcher_runs_under_torchrun(launcher, nproc, setup):
+    run = coursekit.run_launcher(launcher, setup=setup, nproc=nproc, echo=False)
+    assert run.metrics["world_size"] == nproc
+    assert run.metrics["backend"] == "gloo"
+    assert len(run.metrics["ranks"]) == nproc
+
+
+def test_classic_spawn_form():
+    """It needs GPUs: on a CPU it refuses with a clear message; with GPUs it runs on each one."""
+    proc = subprocess.run(
+        [sys.executable, str(LAUNCHERS / "ddp_spawn_classic.py")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if torch.cuda.is_available():
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.count("loss") == torch.cuda.device_count()
+    else:
+        assert proc.returncode == 1
+        assert "needs at least one CUDA GPU" in proc.stderr

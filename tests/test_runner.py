@@ -1,0 +1,176 @@
+"""The launcher runner: live lines, root-cause errors, timeouts and interrupts kill everything."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from conftest import BEHAVE, processes_with
+from jupyter_client import KernelManager
+
+import coursekit
+
+
+def wait_for(predicate, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def start_kernel(tmp_path):
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    return km, kc
+
+
+def hang_in_kernel(kc, token, tmp_path):
+    """Start a never-ending launcher from the kernel, as a notebook cell would."""
+    return kc.execute(textwrap.dedent(f"""
+        import coursekit
+        setup = coursekit.configure(DEVICE="cpu", RESULTS_DIR={str(tmp_path / "results")!r})
+        args = ["--mode", "hang", "--token", {token!r}]
+        coursekit.run_launcher({str(BEHAVE)!r}, args, setup=setup)
+    """))  # fmt: skip
+
+
+def test_lines_stream_live(setup):
+    arrivals = {}
+    run = coursekit.run_launcher(
+        BEHAVE, ["--mode", "slow"], setup=setup, echo=False,
+        on_line=lambda rank, text: arrivals.setdefault(text, time.monotonic()),
+    )  # fmt: skip
+    assert run.rank_lines(0) == ["first line", "second line"]
+    # the first line reached us while rank 0 was still sleeping, not at the end of the run
+    assert arrivals["second line"] - arrivals["first line"] > 2.0
+
+
+def test_lines_are_whole_and_marked_by_rank(setup):
+    run = coursekit.run_launcher(BEHAVE, ["--mode", "chatty"], setup=setup, nproc=3, echo=False)
+    for rank in range(3):
+        expected = [f"line {i:03d} from rank {rank}: " + f"r{rank}" * 200 for i in range(200)]
+        assert run.rank_lines(rank) == expected
+
+
+def test_failure_shows_the_failing_ranks_own_traceback(setup):
+    with pytest.raises(coursekit.LauncherFailed) as caught:
+        coursekit.run_launcher(BEHAVE, ["--mode", "fail"], setup=setup, echo=False)
+    message = str(caught.value)
+    assert "rank 1 failed first" in message
+    assert "ValueError: planted failure on rank 1 (code 7f3a)" in message
+    assert "Traceback" in message
+    assert caught.value.result.returncode != 0
+
+
+def test_failure_can_be_returned_instead_of_raised(setup):
+    run = coursekit.run_launcher(BEHAVE, ["--mode", "fail"], setup=setup, echo=False, check=False)
+    assert not run.ok and "planted failure" in run.root_cause()
+
+
+def test_timeout_kills_every_process(setup, token):
+    seen = []
+    with pytest.raises(coursekit.LauncherTimeout) as caught:
+        coursekit.run_launcher(
+            BEHAVE, ["--mode", "hang", "--token", token], setup=setup, timeout_s=12, echo=False,
+            on_line=lambda rank, text: seen.append(len(processes_with(token))),
+        )  # fmt: skip
+    assert "TIMEOUT_S=12" in str(caught.value)
+    assert max(seen) == 3, "expected torchrun plus 2 workers while it ran"
+    assert processes_with(token) == []
+
+
+def test_bad_launcher_path_fails_before_starting(setup):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        coursekit.run_launcher("no_such_launcher.py", setup=setup)
+
+
+def test_kernel_interrupt_kills_every_process(token, tmp_path):
+    """The real thing: a Jupyter kernel runs the launcher and the user presses interrupt."""
+    km, kc = start_kernel(tmp_path)
+    try:
+        msg_id = hang_in_kernel(kc, token, tmp_path)
+        wait_for(lambda: len(processes_with(token)) == 3, what="torchrun and its 2 workers")
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=30)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert processes_with(token) == []
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_kernel_death_kills_every_process(token, tmp_path):
+    """A kernel killed outright (a crash, or a forced restart) takes its runs with it."""
+    km, kc = start_kernel(tmp_path)
+    try:
+        hang_in_kernel(kc, token, tmp_path)
+        wait_for(lambda: len(processes_with(token)) == 3, what="torchrun and its 2 workers")
+        km.signal_kernel(signal.SIGKILL)
+        wait_for(lambda: processes_with(token) == [], timeout_s=20, what="no process left")
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_two_runs_at_once(setup):
+    results = {}
+
+    def run(name):
+        results[name] = coursekit.run_launcher(
+            BEHAVE.parent.parent.parent / "launchers" / "check_allreduce.py",
+            setup=setup, name=name, echo=False,
+        )  # fmt: skip
+
+    threads = [threading.Thread(target=run, args=(f"concurrent{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["concurrent0", "concurrent1"]
+    for result in results.values():
+        assert result.ok and result.metrics["world_size"] == 2
+    assert results["concurrent0"].out_dir != results["concurrent1"].out_dir
+
+
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [
+        ({"NPROC": 0}, "NPROC"),
+        ({"NPROC": -2}, "NPROC"),
+        ({"NPROC": "2"}, "NPROC"),
+        ({"NPROC": True}, "NPROC"),
+        ({"NPROC": 1.5}, "NPROC"),
+        ({"DEVICE": "gpu"}, "DEVICE"),
+        ({"TIMEOUT_S": 0}, "TIMEOUT_S"),
+        ({"TIMEOUT_S": "ten"}, "TIMEOUT_S"),
+        ({"SMOKE": "yes"}, "SMOKE"),
+    ],
+)
+def test_bad_parameters_name_the_parameter(kwargs, parameter):
+    with pytest.raises(coursekit.ParameterError, match=rf"^{parameter}=") as caught:
+        coursekit.configure(**kwargs, quiet=True)
+    assert "use" in str(caught.value)  # and it says what to do instead
+
+
+def test_cuda_without_a_gpu_fails_fast():
+    """With no GPU visible (CUDA_VISIBLE_DEVICES empty), DEVICE='cuda' is refused at once."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", "import coursekit; coursekit.configure(DEVICE='cuda')"],
+        capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
+    assert time.monotonic() - start < 10
+    assert proc.returncode != 0
+    assert "ParameterError: DEVICE='cuda' cannot be used: no CUDA GPU is visible" in proc.stderr
