@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 import tempfile
@@ -10,11 +11,40 @@ import pytest
 # nbformat's schema checks import rfc3987_syntax (1.7 s) when installed; see coursekit.verify
 sys.modules.setdefault("rfc3987_syntax", None)
 
+import papermill  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
 import coursekit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 BEHAVE = Path(__file__).parent / "launchers" / "behave.py"
+
+
+def notebook_path(stem_prefix: str) -> Path:
+    """The notebook whose file name starts with ``stem_prefix`` (``"03"``)."""
+    (path,) = [nb for nb in NOTEBOOKS if nb.name.startswith(stem_prefix)]
+    return path
+
+
+def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
+    """Run a notebook with papermill (SMOKE sizes unless told otherwise) as the course's
+    verify command does, check the results contract, and return its results file."""
+    notebook = notebook_path(stem_prefix)
+    results_dir = tmp_path / "results"
+    papermill.execute_notebook(
+        str(notebook), str(tmp_path / notebook.name),
+        parameters={"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters},
+        cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
+        config=Config({"KernelManager": {"transport": "ipc"}}),
+    )  # fmt: skip
+    results = json.loads((results_dir / f"{notebook.stem}.json").read_text())
+    assert results["notebook"] == notebook.stem
+    assert results["tier"] in {"cpu", "single-gpu", "multi-gpu"}
+    assert results["smoke"] is parameters.get("SMOKE", True)
+    if "NPROC" in parameters:
+        assert results["nproc"] == parameters["NPROC"]
+    return results
 
 
 def processes_with(token: str) -> list[psutil.Process]:
