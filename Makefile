@@ -4,8 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# make verify SMOKE=1 ONLY="00 03" NPROC=3 DEVICE=cpu
-VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(NPROC),--nproc $(NPROC)) \
+# make verify SMOKE=1 ONLY="00 03" NPROC=3 DEVICE=cpu SOLUTIONS=1
+VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
 .PHONY: setup verify test lint lab bench clean

@@ -4,6 +4,7 @@ Lesson content lives in the notebooks and launchers; this package only runs them
 """
 
 from .config import ParameterError, Setup, configure
+from .exercises import answer, answer_file, check_answer
 from .results import load_results, save_results
 from .runner import LauncherFailed, LauncherTimeout, RunResult, run_launcher
 
@@ -13,6 +14,9 @@ __all__ = [
     "ParameterError",
     "RunResult",
     "Setup",
+    "answer",
+    "answer_file",
+    "check_answer",
     "configure",
     "load_results",
     "run_launcher",

@@ -30,6 +30,7 @@ from jupyter_core.utils import run_sync  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from .config import ParameterError, check_parameters  # noqa: E402
+from .exercises import SOLUTIONS_ENV  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke"}
@@ -157,12 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, help="ranks per launched run (NPROC)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="force a tier (DEVICE)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per notebook")
+    parser.add_argument("--solutions", nargs="?", const="1", metavar="FOLDER",
+                        help="check the reference solutions of the exercises (default folder: "
+                        "solutions/) instead of the learner's answers")  # fmt: skip
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="output folder")
     parser.add_argument("--notebooks-dir", type=Path, default=ROOT / "notebooks",
                         help="where the NN_*.ipynb notebooks are")  # fmt: skip
     args = parser.parse_args(argv)
 
     notebooks = select(args.notebooks_dir, args.notebooks)
+    if args.solutions:
+        folder = args.solutions
+        os.environ[SOLUTIONS_ENV] = folder if folder == "1" else str(Path(folder).resolve())
     parameters: dict = {"SMOKE": args.smoke, "RESULTS_DIR": str((args.build / "results").resolve())}
     if args.nproc is not None:
         parameters["NPROC"] = args.nproc
