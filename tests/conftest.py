@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -60,8 +61,19 @@ def processes_with(token: str) -> list[psutil.Process]:
     return found
 
 
+# Everything the tests start (kernels, torchrun, workers) inherits this private temp dir, so
+# the check below sees only what the course's own runs leave, not other programs' files.
+SCRATCH = Path(tempfile.mkdtemp(prefix="course-tests-"))
+os.environ["TMPDIR"] = str(SCRATCH)
+tempfile.tempdir = None  # re-read TMPDIR
+
+
 def torchelastic_dirs() -> set[str]:
-    return {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("torchelastic_")}
+    return {d for d in os.listdir(SCRATCH) if d.startswith("torchelastic_")}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
 @pytest.fixture

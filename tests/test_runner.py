@@ -77,14 +77,26 @@ def test_failure_can_be_returned_instead_of_raised(setup):
 
 
 def test_timeout_kills_every_process(setup, token):
-    seen = []
-    with pytest.raises(coursekit.LauncherTimeout) as caught:
-        coursekit.run_launcher(
-            BEHAVE, ["--mode", "hang", "--token", token], setup=setup, timeout_s=12, echo=False,
-            on_line=lambda rank, text: seen.append(len(processes_with(token))),
-        )  # fmt: skip
-    assert "TIMEOUT_S=12" in str(caught.value)
-    assert max(seen) == 3, "expected torchrun plus 2 workers while it ran"
+    counts = []
+    done = threading.Event()
+
+    def sample():  # how many of the run's processes are alive, while it runs
+        while not done.is_set():
+            counts.append(len(processes_with(token)))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with pytest.raises(coursekit.LauncherTimeout) as caught:
+            coursekit.run_launcher(
+                BEHAVE, ["--mode", "hang", "--token", token], setup=setup, timeout_s=25, echo=False
+            )
+    finally:
+        done.set()
+        sampler.join()
+    assert "TIMEOUT_S=25" in str(caught.value)
+    assert max(counts) == 3, "expected torchrun plus 2 workers while it ran"
     assert processes_with(token) == []
 
 
