@@ -12,5 +12,5 @@ def test_environment_check(tmp_path):
     assert results["allreduce_world_size"] == max(2, results["nproc"])
     assert results["verdict"].startswith("READY")
     # the kernel named "python3" is this environment's Python, not some other one on the machine
-    kernel_python = Path(results["python_executable"]).absolute()
-    assert kernel_python.is_relative_to(Path(sys.prefix).absolute())
+    kernel_env = Path(results["python_executable"]).parent.parent  # .venv/bin/python -> .venv
+    assert kernel_env.resolve() == Path(sys.prefix).resolve()
