@@ -230,7 +230,7 @@ def run_launcher(
             if rank == 0 and (m := STEP_LINE.match(text)):
                 step = int(m.group(1))
                 first_step[:] = first_step or [step]
-                done = min(progress, step + (1 if first_step[0] == 0 else 0))
+                done = steps_done(step, first_step[0], progress)
                 if done > bar.n:
                     bar.update(done - bar.n)
             if on_line:
@@ -241,6 +241,12 @@ def run_launcher(
             env=torchrun_env, check=check, echo=echo, on_line=follow_steps,
             shown=["torchrun", *cmd[3:]],
         )  # fmt: skip
+
+
+def steps_done(step: int, first_step: int, total: int) -> int:
+    """Steps finished when rank 0 prints ``step <step>``: a launcher whose first step line
+    said ``step 0`` counts from 0, so its ``step 9`` means ten steps done."""
+    return min(total, step + (1 if first_step == 0 else 0))
 
 
 def fresh_run_dir(setup: Setup, name: str) -> Path:

@@ -98,6 +98,10 @@ class Lab:
         }
         for folder in dirs.values():
             folder.mkdir(parents=True, exist_ok=True)
+        # no "get notified about Jupyter news?" toast over the screenshots
+        news = dirs["JUPYTERLAB_SETTINGS_DIR"] / "@jupyterlab" / "apputils-extension"
+        news.mkdir(parents=True)
+        (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
         env = {**os.environ, **{k: str(v) for k, v in dirs.items()},
                # the kernels import this checkout's coursekit, as `make lab` does
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

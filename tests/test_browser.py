@@ -2,7 +2,8 @@
 
 One JupyterLab from the course environment serves a copy of notebooks/ and launchers/
 (running a notebook writes its launchers and results: the checkout stays untouched), plus
-the fixture notebooks in tests/browser/. Screenshots land in build/test-artifacts/browser/.
+the fixture notebooks in tests/browser/. Notebook 00 runs as committed; the copies of the
+others have SMOKE = True, to keep CI short. Screenshots land in build/test-artifacts/browser/.
 """
 
 from __future__ import annotations
@@ -30,10 +31,22 @@ def calculator_notebooks() -> list[Path]:
                    if c.cell_type == "code")]  # fmt: skip
 
 
+def smoke(notebook: Path) -> None:
+    """Set SMOKE = True in the parameters cell of this (served, copied) notebook."""
+    nb = nbformat.read(notebook, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source, n = re.subn(r"^SMOKE = False\b", "SMOKE = True", cell.source, flags=re.M)
+    assert n == 1, f"{notebook.name}: no 'SMOKE = False' line in its parameters cell"
+    nbformat.write(nb, notebook)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     served = tmp_path_factory.mktemp("course")
     shutil.copytree(ROOT / "notebooks", served / "notebooks")
+    for nb in (served / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        if not nb.name.startswith("00_"):  # 00 as committed; the others at SMOKE sizes
+            smoke(nb)
     shutil.copytree(ROOT / "launchers", served / "launchers")
     shutil.copytree(FIXTURES, served / "fixtures")
     server = Lab(served, tmp_path_factory.mktemp("jupyter"))

@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT
 
 import coursekit
+from coursekit.runner import steps_done
 
 STEPS_LIVE = ROOT / "tests" / "browser" / "steps_live.py"
 
@@ -28,13 +29,13 @@ def test_progress_follows_steps_counted_from_one(setup, capsys):
     assert re.search(r" [1-4]/5 ", err), err
 
 
-def test_progress_follows_steps_counted_from_zero(setup, capsys):
-    """ddp_first_run prints "step 0", "step 10", "step 11" for 12 steps: the bar ends at 12."""
-    run = coursekit.run_launcher(ROOT / "launchers" / "ddp_first_run.py", ["--steps", 12],
-                                 setup=setup, nproc=2, progress=12)  # fmt: skip
-    assert run.ok
-    err = capsys.readouterr().err
-    assert "12/12" in last_bar(err) and re.search(r" ([1-9]|1[01])/12 ", err), err
+@pytest.mark.parametrize("lines, total, expected", [
+    ([0, 10, 11], 12, [1, 11, 12]),  # ddp_first_run: "step 0", "step 10", "step 11" of 12
+    ([1, 2, 3], 3, [1, 2, 3]),  # "step 1/3" ... counted from 1
+    ([0, 5, 9, 12], 10, [1, 6, 10, 10]),  # never past the total
+])  # fmt: skip
+def test_steps_done_counts_from_zero_or_one(lines, total, expected):
+    assert [steps_done(step, lines[0], total) for step in lines] == expected
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "10", True])
