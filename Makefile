@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab bench clean
+.PHONY: setup verify test lint lab bench site reset clean
 
 setup: $(STAMP)
 
@@ -31,8 +31,15 @@ lint: setup
 bench: setup  ## overhead of the verify command over the runs it launches
 	$(PY) benchmarks/verify_overhead.py
 
+site: setup  ## the course as a static website in build/site/, from the last verify run
+	test -f build/verify.json || $(PY) -m coursekit.verify $(VERIFY_FLAGS)
+	$(PY) -m coursekit.site
+
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+reset: setup  ## between classes: stop this course's leftover processes, then remove build/
+	$(PY) -m coursekit.reset
 
 clean:  ## executed notebooks, results, run directories
 	rm -rf build

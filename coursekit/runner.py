@@ -38,6 +38,7 @@ from .config import Setup
 
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:(?:\[rank\1\]: ?)?")
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+STEP_LINE = re.compile(r"^\s*step\s+(\d+)")  # "step 12 ...", "step 12/60 ...": a progress mark
 GRACE_S = 3.0  # how long torchrun gets to stop its workers before everything is killed
 
 _live: set[subprocess.Popen] = set()
@@ -180,13 +181,18 @@ def run_launcher(
     check: bool = True,
     echo: bool = True,
     on_line: Callable[[int | None, str], None] | None = None,
+    progress: int | None = None,
 ) -> RunResult:
     """Run ``torchrun --nproc-per-node N script args`` and return what it did.
 
     The launcher gets ``--device`` (the tier's) and ``--out RUN_DIR/out`` unless ``args``
     already has them. ``check=False`` returns a failed run instead of raising, for lessons
-    that fail on purpose.
+    that fail on purpose. ``progress=STEPS`` shows a progress bar (a widget in Jupyter)
+    that follows rank 0's lines starting with ``step N``, N counted from 0 or 1.
     """
+    if progress is not None and (isinstance(progress, bool) or not isinstance(progress, int)
+                                 or progress < 1):
+        raise ValueError(f"progress={progress!r}: give the launcher's number of steps (1 or more)")
     script = Path(script)
     if not script.exists():
         raise FileNotFoundError(f"launcher {script} does not exist: run its %%writefile cell")
@@ -209,11 +215,38 @@ def run_launcher(
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:",
         **(env or {}),
     }
-    return run_command(
-        cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
-        env=torchrun_env, check=check, echo=echo, on_line=on_line,
-        shown=["torchrun", *cmd[3:]],
-    )  # fmt: skip
+    if progress is None:
+        return run_command(
+            cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
+            env=torchrun_env, check=check, echo=echo, on_line=on_line,
+            shown=["torchrun", *cmd[3:]],
+        )  # fmt: skip
+    from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
+
+    with tqdm(total=progress, desc=name, unit="step", dynamic_ncols=True) as bar:
+        first_step: list[int] = []  # a launcher that prints "step 0" counts from 0
+
+        def follow_steps(rank: int | None, text: str) -> None:
+            if rank == 0 and (m := STEP_LINE.match(text)):
+                step = int(m.group(1))
+                first_step[:] = first_step or [step]
+                done = steps_done(step, first_step[0], progress)
+                if done > bar.n:
+                    bar.update(done - bar.n)
+            if on_line:
+                on_line(rank, text)
+
+        return run_command(
+            cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
+            env=torchrun_env, check=check, echo=echo, on_line=follow_steps,
+            shown=["torchrun", *cmd[3:]],
+        )  # fmt: skip
+
+
+def steps_done(step: int, first_step: int, total: int) -> int:
+    """Steps finished when rank 0 prints ``step <step>``: a launcher whose first step line
+    said ``step 0`` counts from 0, so its ``step 9`` means ten steps done."""
+    return min(total, step + (1 if first_step == 0 else 0))
 
 
 def fresh_run_dir(setup: Setup, name: str) -> Path:

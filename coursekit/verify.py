@@ -31,6 +31,7 @@ from tqdm import tqdm  # noqa: E402
 
 from .config import ParameterError, check_parameters  # noqa: E402
 from .exercises import SOLUTIONS_ENV  # noqa: E402
+from .report import write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke"}
@@ -207,10 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     tier = ", ".join(sorted(tiers)) or "unknown (no notebook wrote results)"
     print(f"\ntier: {tier}")
     print(summary_table(reports))
+    html_report = args.build / "report.html"
+    budgets = write_report(html_report, reports, select(args.notebooks_dir, []),
+                           args.build / "executed", tier, parameters)  # fmt: skip
+    rows = [{**asdict(r), "class_minutes": budgets[r.notebook]["minutes"]} for r in reports]
     (args.build / "verify.json").write_text(
-        json.dumps({"tier": tier, "parameters": parameters,
-                    "notebooks": [asdict(r) for r in reports]}, indent=2) + "\n"
-    )  # fmt: skip
+        json.dumps({"tier": tier, "parameters": parameters, "notebooks": rows}, indent=2) + "\n"
+    )
+    print(f"\nreport for the instructor: {html_report}")
     failed = [r.notebook for r in reports if r.status != "passed"]
     print(f"\nexecuted copies in {args.build / 'executed'}; "
           + (f"FAILED: {', '.join(failed)}" if failed else "all passed"))

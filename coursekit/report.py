@@ -1,0 +1,192 @@
+"""The instructor's report: one self-contained HTML file written by the verify command.
+
+One row per notebook of the course (status, seconds, the time a class should budget), then
+per notebook: the failing cell with its source and error, the key figures from its results
+file, and every plot its executed copy holds (embedded as data URIs: the file needs nothing
+else, so it can be mailed or opened offline). On top: the tier and the hardware it ran on.
+
+The class budget is an estimate, not a measurement; :func:`class_minutes` says how.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import importlib.metadata
+import math
+import os
+import platform
+import re
+from pathlib import Path
+
+import nbformat
+import psutil
+
+READING_WPM = 100  # words per minute for explanations a learner is meant to understand
+CODE_LINES_PER_MIN = 12  # a learner reads a code cell before running it
+EXERCISE_MIN = 10  # per exercise: try, read the check, try again
+ROUND_TO_MIN = 5
+
+
+def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
+    """The time a class should budget for ``notebook``, and the parts it is made of.
+
+    reading (markdown words at READING_WPM) + code (lines at CODE_LINES_PER_MIN) +
+    running (the seconds this verify run measured) + EXERCISE_MIN per ``check_answer``,
+    rounded up to ROUND_TO_MIN. Explaining and questions come on top: that is the
+    instructor's to add.
+    """
+    nb = nbformat.read(notebook, as_version=4)
+    words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    lines = sum(1 for src in code for line in src.splitlines() if line.strip())
+    exercises = sum(src.count("check_answer(") for src in code)
+    parts = {
+        "reading": words / READING_WPM,
+        "code": lines / CODE_LINES_PER_MIN,
+        "running": (run_seconds or 0) / 60,
+        "exercises": exercises * EXERCISE_MIN,
+    }
+    total = ROUND_TO_MIN * math.ceil(sum(parts.values()) / ROUND_TO_MIN)
+    return {"minutes": total, **{k: round(v, 1) for k, v in parts.items()},
+            "words": words, "code_lines": lines, "n_exercises": exercises}  # fmt: skip
+
+
+def hardware() -> dict:
+    """What this machine is: CPU model and cores, memory, GPUs as PyTorch sees them."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    from .config import visible_gpus
+
+    gpus = visible_gpus()
+    if gpus:
+        import torch
+
+        gpus = [f"{name}, {torch.cuda.get_device_properties(i).total_memory / 2**30:.0f} GiB"
+                for i, name in enumerate(gpus)]  # fmt: skip
+    return {
+        "host": platform.node(),
+        "cpu": cpu,
+        "cores": f"{os.cpu_count()} logical, {psutil.cpu_count(logical=False)} physical",
+        "memory": f"{psutil.virtual_memory().total / 2**30:.1f} GiB",
+        "gpus": "; ".join(gpus) if gpus else "none visible to PyTorch",
+        "python": platform.python_version(),
+        "torch": importlib.metadata.version("torch"),
+    }
+
+
+def _plots(executed: Path) -> list[str]:
+    """Every picture the executed notebook shows, as data URIs."""
+    if not executed.exists():
+        return []
+    uris = []
+    for cell in nbformat.read(executed, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            for mime in ("image/png", "image/jpeg"):
+                if mime in out.get("data", {}):
+                    data = re.sub(r"\s", "", out["data"][mime])
+                    uris.append(f"data:{mime};base64,{data}")
+    return uris
+
+
+def _cell_source(notebook: Path, index: int | None) -> str:
+    if index is None:
+        return ""
+    cells = nbformat.read(notebook, as_version=4).cells
+    return cells[index].source if 0 <= index < len(cells) else ""
+
+
+def _shown(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
+text-align:left;vertical-align:top}th{background:#f3f3f3}.passed{color:#116611;font-weight:bold}
+.failed,.timed-out{color:#aa1111;font-weight:bold}.not-run{color:#777}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto}img{max-width:100%;border:1px solid #ddd}
+section{border-top:2px solid #ddd;margin-top:2em}.note{color:#555;font-size:.9em}
+"""
+
+
+def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir: Path,
+                 tier: str, parameters: dict) -> dict:  # fmt: skip
+    """Write the report for ``reports`` (verify's NotebookReport rows); every notebook in
+    ``notebooks`` gets a row, those this run did not execute marked "not run". Returns the
+    class budget of every notebook (see :func:`class_minutes`)."""
+    e = html.escape
+    by_stem = {r.notebook: r for r in reports}
+    hw = hardware()
+    rows, sections, budgets = [], [], {}
+    for nb in notebooks:
+        r = by_stem.get(nb.stem)
+        status = r.status if r else "not run"
+        budget = class_minutes(nb, r.seconds if r else None)
+        budgets[nb.stem] = budget
+        css = status.replace(" ", "-")
+        seconds = f"{r.seconds:.1f}" if r else "-"
+        if r and r.status != "passed":
+            detail = (f"cell {r.failed_cell}: " if r.failed_cell is not None else "") + r.error
+        elif r:
+            detail = ", ".join(f"{k}={_shown(v)}" for k, v in list(r.figures.items())[:4])
+        else:
+            detail = "not selected in this verify run"
+        rows.append(
+            f'<tr id="row-{e(nb.stem)}" class="notebook-row"><td>{e(nb.stem)}</td>'
+            f'<td class="{css}">{e(status)}</td><td>{seconds}</td>'
+            f"<td>{budget['minutes']}{'' if r else ' (no run time)'}</td><td>{e(detail)}</td></tr>"
+        )
+        if r is None:
+            continue
+        body = [f'<section id="nb-{e(nb.stem)}"><h2>{e(nb.stem)}: '
+                f'<span class="{css}">{e(status)}</span> in {r.seconds:.1f} s</h2>']  # fmt: skip
+        if r.status != "passed":
+            source = _cell_source(nb, r.failed_cell)
+            body.append(f"<h3>Failing cell {r.failed_cell}</h3><pre>{e(source)}</pre>"
+                        f'<p class="error">{e(r.error)}</p>')  # fmt: skip
+        if r.figures:
+            body.append("<h3>Key figures</h3><table>" + "".join(
+                f"<tr><td>{e(k)}</td><td>{e(_shown(v))}</td></tr>" for k, v in r.figures.items()
+            ) + "</table>")  # fmt: skip
+        plots = _plots(executed_dir / nb.name)
+        if plots:
+            body.append(f"<h3>Plots ({len(plots)})</h3>"
+                        + "".join(f'<p><img alt="plot {i} of {e(nb.stem)}" src="{uri}"></p>'
+                                  for i, uri in enumerate(plots, 1)))  # fmt: skip
+        b = budget
+        body.append(f'<p class="note">Class budget {b["minutes"]} min = reading {b["reading"]} '
+                    f'+ code {b["code"]} + running {b["running"]} + exercises {b["exercises"]} '
+                    "(minutes, rounded up).</p></section>")  # fmt: skip
+        sections.append("".join(body))
+    total = sum(b["minutes"] for b in budgets.values())
+    smoke = parameters.get("SMOKE")
+    params = ", ".join(f"{k}={v!r}" for k, v in parameters.items() if k != "RESULTS_DIR")
+    hw_rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in hw.items())
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Course verify report</title>
+<style>{STYLE}</style></head><body>
+<h1>Course verify report</h1>
+<p>{e(dt.datetime.now().strftime("%Y-%m-%d %H:%M"))}; parameters: {e(params)}</p>
+<h2>Tier and hardware</h2>
+<table id="hardware"><tr><th>tier</th><td>{e(tier)}</td></tr>{hw_rows}</table>
+<h2>Notebooks</h2>
+<table id="notebooks"><tr><th>notebook</th><th>status</th><th>seconds</th>
+<th>class budget (min)</th><th>failing cell / error, or key figures</th></tr>
+{"".join(rows)}</table>
+<p class="note">Class budget: about {total} minutes for the whole course. Per notebook:
+markdown words at {READING_WPM} words per minute, code lines at {CODE_LINES_PER_MIN} per
+minute, the seconds this run measured, and {EXERCISE_MIN} minutes per exercise, rounded up to
+{ROUND_TO_MIN} minutes; your own explanations and questions come on top.
+{"This run used SMOKE sizes: at full sizes the running part takes longer." if smoke else ""}</p>
+{"".join(sections)}
+</body></html>
+"""
+    path.write_text(page)
+    return budgets

@@ -1,0 +1,168 @@
+"""Every exercise in the course follows the one pattern (coursekit/exercises.py):
+
+a learner's cell, ``coursekit.answer(...)``/``coursekit.answer_file(...)``, a check cell with
+``coursekit.check_answer(...)``, a reference in solutions/, and a test module that runs the
+notebook with the reference (accepted) and with a deliberately wrong solution (rejected).
+The scan picks up every notebook that has exercises; it is itself tested on made-up cases.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import NOTEBOOKS, ROOT
+
+TESTS = Path(__file__).parent
+SOLUTIONS = ROOT / "solutions"
+SETENV = re.compile(r"setenv\(\s*(?:\"COURSE_SOLUTIONS\"|'COURSE_SOLUTIONS'|SOLUTIONS_ENV)\s*,"
+                    r"\s*([^)]+?)\s*\)")  # fmt: skip
+
+
+def exercise_calls(notebook: Path) -> list[tuple[str, list[str]]]:
+    """(function, literal arguments) of every answer/answer_file/check_answer call."""
+    calls = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type != "code" or cell.source.lstrip().startswith("%%"):
+            continue  # %%writefile cells are launchers, not notebook code
+        source = "\n".join(line for line in cell.source.splitlines()
+                           if not line.lstrip().startswith(("%", "!")))  # fmt: skip
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+                if name in {"answer", "answer_file", "check_answer"}:
+                    literals = [a.value if isinstance(a, ast.Constant) else None
+                                for a in node.args]  # positions kept: None where no literal
+                    calls.append((name, literals))
+    return calls
+
+
+def exercise_problems(notebook: Path, tests_dir: Path = TESTS,
+                      solutions_dir: Path = SOLUTIONS) -> list[str]:  # fmt: skip
+    """What is missing for ``notebook``'s exercises to follow the pattern ([] = nothing)."""
+    calls = exercise_calls(notebook)
+    picks = [(f, args) for f, args in calls if f in {"answer", "answer_file"}]
+    if not picks:
+        return []
+    problems = []
+    if not any(f == "check_answer" for f, _ in calls):
+        problems.append(f"{notebook.name}: no coursekit.check_answer(...) cell checks the answer")
+    solution_files = set()
+    for f, args in picks:
+        if f == "answer":
+            if len(args) < 3 or not all(isinstance(a, str) for a in args[1:3]):
+                problems.append(f"{notebook.name}: give answer() the notebook stem and the "
+                                "name as plain strings")  # fmt: skip
+                continue
+            stem, name = args[1], args[2]
+            solution_files.add(f"{stem}.py")
+            path = solutions_dir / f"{stem}.py"
+            if not path.exists():
+                problems.append(f"{notebook.name}: solutions/{stem}.py is missing")
+                continue
+            defined = {t.id for node in ast.parse(path.read_text()).body
+                       for t in getattr(node, "targets", [])
+                       if isinstance(t, ast.Name)}  # fmt: skip
+            defined |= {node.name for node in ast.parse(path.read_text()).body
+                        if isinstance(node, ast.FunctionDef | ast.ClassDef)}  # fmt: skip
+            if name not in defined:
+                problems.append(f"{notebook.name}: solutions/{stem}.py does not define {name}")
+        else:
+            if len(args) < 2 or not isinstance(args[1], str):
+                problems.append(f"{notebook.name}: give answer_file() the solution's file name")
+                continue
+            solution_files.add(args[1])
+            if not (solutions_dir / args[1]).exists():
+                problems.append(f"{notebook.name}: solutions/{args[1]} is missing")
+    modules = sorted(tests_dir.glob(f"test_nb{notebook.name[:2]}_*.py"))
+    text = "\n".join(m.read_text() for m in modules)
+    values = SETENV.findall(text)
+    if not any(v.strip() in {'"1"', "'1'"} for v in values):
+        problems.append(f"{notebook.name}: no test runs it with COURSE_SOLUTIONS=1 "
+                        "(the reference must be accepted)")  # fmt: skip
+    if not any(v.strip() not in {'"1"', "'1'"} for v in values):
+        problems.append(f"{notebook.name}: no test runs it with a wrong solution folder "
+                        "(a wrong answer must be rejected)")  # fmt: skip
+    wrong = [p for p in tests_dir.rglob("*.py") if p.name in solution_files
+             and solutions_dir not in p.parents]  # fmt: skip
+    if not wrong:
+        problems.append(f"{notebook.name}: no deliberately wrong solution under tests/ "
+                        f"(a file named like {', '.join(sorted(solution_files))})")
+    if "is True" not in text or "is False" not in text:
+        problems.append(f"{notebook.name}: its tests must assert the check accepted (is True) "
+                        "and rejected (is False)")  # fmt: skip
+    return problems
+
+
+WITH_EXERCISES = [nb for nb in NOTEBOOKS if exercise_calls(nb)]
+
+
+@pytest.mark.parametrize("notebook", WITH_EXERCISES, ids=lambda p: p.stem)
+def test_every_exercise_follows_the_pattern(notebook):
+    assert exercise_problems(notebook) == []
+
+
+def test_every_reference_solution_belongs_to_an_exercise():
+    used = set()
+    for nb in NOTEBOOKS:
+        for f, args in exercise_calls(nb):
+            if f == "answer" and len(args) >= 2 and isinstance(args[1], str):
+                used.add(f"{args[1]}.py")
+            elif f == "answer_file" and len(args) >= 2 and isinstance(args[1], str):
+                used.add(args[1])
+    orphans = sorted(p.name for p in SOLUTIONS.glob("*.py") if p.name not in used)
+    assert orphans == [], f"solutions no notebook uses: {orphans}"
+
+
+# the scan itself, on a made-up notebook and made-up tests
+
+LEARNER = 'my_bytes = 0  # your answer'
+PICK = 'answer = coursekit.answer(my_bytes, "42_demo", "device0_bytes")'
+CHECK = 'ok = coursekit.check_answer(answer == 8, "right", "wrong")'
+GOOD_TEST = '''
+def test_reference(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")
+    assert execute_notebook("42", tmp_path)["exercise_passed"] is True
+
+def test_wrong(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))
+    assert execute_notebook("42", tmp_path)["exercise_passed"] is False
+'''
+
+
+def make_course(tmp_path, cells, test_text=GOOD_TEST, solution="device0_bytes = 8\n",
+                wrong=True):  # fmt: skip
+    nb = tmp_path / "notebooks" / "42_demo.ipynb"
+    nb.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(c) for c in cells]), nb)  # fmt: skip
+    (tmp_path / "solutions").mkdir()
+    if solution is not None:
+        (tmp_path / "solutions" / "42_demo.py").write_text(solution)
+    tests = tmp_path / "tests"
+    (tests / "wrong_solutions").mkdir(parents=True)
+    (tests / "test_nb42_demo.py").write_text(test_text)
+    if wrong:
+        (tests / "wrong_solutions" / "42_demo.py").write_text("device0_bytes = 4\n")
+    return nb, tests, tmp_path / "solutions"
+
+
+def test_scan_accepts_a_complete_exercise(tmp_path):
+    assert exercise_problems(*make_course(tmp_path, [LEARNER, PICK, CHECK])) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cells": [LEARNER, PICK]}, "no coursekit.check_answer"),
+    ({"solution": None}, "solutions/42_demo.py is missing"),
+    ({"solution": "other = 1\n"}, "does not define device0_bytes"),
+    ({"wrong": False}, "no deliberately wrong solution"),
+    ({"test_text": GOOD_TEST.split("def test_wrong")[0]}, "with a wrong solution folder"),
+    ({"test_text": GOOD_TEST.split("def test_wrong")[1]}, "with COURSE_SOLUTIONS=1"),
+])  # fmt: skip
+def test_scan_names_what_is_missing(tmp_path, change, message):
+    kwargs = {"cells": [LEARNER, PICK, CHECK], **change}
+    problems = exercise_problems(*make_course(tmp_path, **kwargs))
+    assert any(message in p for p in problems), problems

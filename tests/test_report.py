@@ -1,0 +1,135 @@
+"""The instructor's HTML report that the verify command writes, read as a file and in a browser.
+
+One verify run over a copy of the course plus a notebook that fails on purpose: 00 passes
+(with its plot), 99 fails in a known cell, and every other notebook is listed as not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from browser_kit import artifacts_dir, launch_browser, sync_playwright
+from conftest import NOTEBOOKS, ROOT
+
+from coursekit.report import class_minutes
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+PARAMETERS = 'DEVICE = "auto"\nNPROC = None\nSMOKE = False\nTIMEOUT_S = 300\nRESULTS_DIR = "r"'
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    course = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "notebooks", course / "notebooks")
+    shutil.copytree(ROOT / "launchers", course / "launchers")
+    failing = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(PARAMETERS, metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("fraction = 1 / 0  # planted failure 5e1d"),
+    ], metadata={"kernelspec": KERNELSPEC})  # fmt: skip
+    nbformat.write(failing, course / "notebooks" / "99_fails_on_purpose.ipynb")
+    build = course / "build"
+    proc = subprocess.run(
+        [sys.executable, "-m", "coursekit.verify", "--smoke", "--build", str(build),
+         "--notebooks-dir", str(course / "notebooks"), "00", "99"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # 99 fails, as planted
+    assert f"report for the instructor: {build / 'report.html'}" in proc.stdout
+    return build, sorted((course / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_report_is_self_contained(verified):
+    build, _ = verified
+    page = (build / "report.html").read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", page), "links outside the file"
+    assert "<script" not in page and "<link" not in page
+    images = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert images and all(src.startswith("data:image/png;base64,") for src in images)
+
+
+def test_report_shows_status_figures_plots_and_the_failing_cell(verified):
+    build, notebooks = verified
+    page = (build / "report.html").read_text()
+    rows = dict(re.findall(r'<tr id="row-([^"]+)" class="notebook-row">(.*?)</tr>', page))
+    assert sorted(rows) == [nb.stem for nb in notebooks]
+    assert ">passed<" in rows["00_environment_check"]
+    assert ">failed<" in rows["99_fails_on_purpose"]
+    assert "cell 1: ZeroDivisionError" in rows["99_fails_on_purpose"]
+    for stem in rows.keys() - {"00_environment_check", "99_fails_on_purpose"}:
+        assert ">not run<" in rows[stem]
+    failed = page[page.index('<section id="nb-99_fails_on_purpose">'):]
+    assert "fraction = 1 / 0  # planted failure 5e1d" in failed  # the failing cell's source
+    # key figures come from the notebook's results file
+    passed = page[page.index('<section id="nb-00_environment_check">'):page.index("</section>")]
+    results = json.loads((build / "results" / "00_environment_check.json").read_text())
+    for name in ("allreduce_world_size", "allreduce_backend", "ready"):
+        assert f"<td>{name}</td><td>{results[name]}</td>" in passed
+    # every picture the executed notebook shows, no more, no fewer
+    executed = nbformat.read(build / "executed" / "00_environment_check.ipynb", as_version=4)
+    pictures = sum("image/png" in out.get("data", {}) for cell in executed.cells
+                   for out in cell.get("outputs", []))  # fmt: skip
+    assert pictures >= 1 and passed.count("<img ") == pictures
+
+
+def test_report_names_the_tier_and_the_hardware(verified):
+    build, _ = verified
+    page = (build / "report.html").read_text()
+    hardware = page[page.index('<table id="hardware">'):]
+    hardware = hardware[:hardware.index("</table>")]
+    assert "<th>tier</th><td>cpu</td>" in hardware  # this machine has no GPU
+    assert f"{os.cpu_count()} logical" in hardware
+    assert "GiB" in hardware and "<th>gpus</th><td>none visible to PyTorch</td>" in hardware
+
+
+def test_verify_json_carries_the_class_budget(verified):
+    build, notebooks = verified
+    rows = json.loads((build / "verify.json").read_text())["notebooks"]
+    for row in rows:
+        notebook = next(nb for nb in notebooks if nb.stem == row["notebook"])
+        assert row["class_minutes"] == class_minutes(notebook, row["seconds"])["minutes"]
+        assert row["class_minutes"] % 5 == 0 and row["class_minutes"] >= 5
+
+
+def test_class_minutes_adds_reading_code_running_and_exercises(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(" ".join(["word"] * 200)),  # 2 min at 100 words/min
+        nbformat.v4.new_code_cell("\n".join(f"x{i} = {i}" for i in range(23))
+                                  + "\n\ncoursekit.check_answer(ok, 'a', 'b')"),  # 24 lines, 1 ex.
+    ])  # fmt: skip
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    budget = class_minutes(path, run_seconds=120)
+    assert (budget["reading"], budget["code"], budget["running"], budget["exercises"]) == (
+        2, 2, 2, 10)
+    assert budget["minutes"] == 20  # 16 minutes, rounded up to 5
+    assert class_minutes(path, None)["running"] == 0
+
+
+@pytest.mark.slow
+def test_report_opens_in_the_browser_with_every_notebook_row(verified):
+    build, notebooks = verified
+    shots = artifacts_dir("report")
+    with sync_playwright()() as playwright:
+        browser = launch_browser(playwright)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.goto((build / "report.html").as_uri())
+            for nb in notebooks:
+                row = page.locator(f"#row-{nb.stem}")
+                assert row.is_visible(), f"no visible row for {nb.stem}"
+                assert nb.stem in row.inner_text()
+            page.screenshot(path=shots / "report.png", full_page=True)
+            images = page.locator("#nb-00_environment_check img")
+            assert images.count() >= 1
+            assert images.first.evaluate("img => img.complete && img.naturalWidth > 0")
+        finally:
+            browser.close()
+    assert NOTEBOOKS  # the course's own notebooks were among those rows
