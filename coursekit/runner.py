@@ -215,32 +215,32 @@ def run_launcher(
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:",
         **(env or {}),
     }
-    if progress is None:
+    bar = None
+    if progress is not None:
+        from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
+
+        bar = tqdm(total=progress, desc=name, unit="step", dynamic_ncols=True)
+    first_step: list[int] = []  # a launcher that prints "step 0" counts from 0
+
+    def each_line(rank: int | None, text: str) -> None:
+        if bar is not None and rank == 0 and (m := STEP_LINE.match(text)):
+            step = int(m.group(1))
+            first_step[:] = first_step or [step]
+            done = steps_done(step, first_step[0], progress)
+            if done > bar.n:
+                bar.update(done - bar.n)
+        if on_line:
+            on_line(rank, text)
+
+    try:
         return run_command(
             cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
-            env=torchrun_env, check=check, echo=echo, on_line=on_line,
+            env=torchrun_env, check=check, echo=echo, on_line=each_line,
             shown=["torchrun", *cmd[3:]],
         )  # fmt: skip
-    from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
-
-    with tqdm(total=progress, desc=name, unit="step", dynamic_ncols=True) as bar:
-        first_step: list[int] = []  # a launcher that prints "step 0" counts from 0
-
-        def follow_steps(rank: int | None, text: str) -> None:
-            if rank == 0 and (m := STEP_LINE.match(text)):
-                step = int(m.group(1))
-                first_step[:] = first_step or [step]
-                done = steps_done(step, first_step[0], progress)
-                if done > bar.n:
-                    bar.update(done - bar.n)
-            if on_line:
-                on_line(rank, text)
-
-        return run_command(
-            cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
-            env=torchrun_env, check=check, echo=echo, on_line=follow_steps,
-            shown=["torchrun", *cmd[3:]],
-        )  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def steps_done(step: int, first_step: int, total: int) -> int:
