@@ -6,7 +6,7 @@ What it trains: a compact CNN (`Net`) on a synthetic image-classification set ma
 code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
 glyph at a random place. Every rank trains on its own shard of the data.
 
-Options (defaults run in about a minute on 2 CPU cores; scale up for GPUs):
+Options (the defaults train in well under a minute on 2 CPU cores; scale up for GPUs):
   --width W --image-size S --classes C        model and image size
   --train-size N --test-size N --noise X       data size and difficulty
   --norm batch|layer    BatchNorm (learns fast here), or LayerNorm (no batch statistics)

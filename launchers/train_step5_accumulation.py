@@ -6,7 +6,7 @@ What it trains: a compact CNN (`Net`) on a synthetic image-classification set ma
 code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
 glyph at a random place. Every rank trains on its own shard of the data.
 
-Options (defaults run in about a minute on 2 CPU cores; scale up for GPUs):
+Options (the defaults train in well under a minute on 2 CPU cores; scale up for GPUs):
   --width W --image-size S --classes C        model and image size
   --train-size N --test-size N --noise X       data size and difficulty
   --norm batch|layer    BatchNorm (learns fast here), or LayerNorm (no batch statistics)
@@ -14,7 +14,8 @@ Options (defaults run in about a minute on 2 CPU cores; scale up for GPUs):
   --accum-steps K       K micro-batches per optimizer step; all-reduce only on the last (no_sync)
   --sync-every-micro-step   accumulate the naive way (all-reduce every micro-batch), to compare
   --checkpoint-every N  save OUT/checkpoint.pt every N optimizer steps (rank 0, atomically)
-  --resume PATH         continue from a checkpoint if PATH exists (else start fresh)
+  --resume PATH         continue from a checkpoint if PATH exists, else start fresh
+                        (resume with the same number of ranks and batch size)
   --fail-at-step N      simulate a crash: the last rank dies abruptly at step N
   --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json, DIR/tb/ (TensorBoard) and
                         DIR/checkpoint.pt (the final weights, also with --checkpoint-every 0)
