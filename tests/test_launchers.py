@@ -15,7 +15,13 @@ LAUNCHERS = ROOT / "launchers"
 # scripts that start their own processes (mp.spawn) instead of running under torchrun
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
-QUICK_ARGS = {"ddp_first_run.py": ["--steps", "5"]}
+TRAIN_QUICK = ["--train-size", "256", "--test-size", "128", "--epochs", "1"]
+QUICK_ARGS = {
+    "ddp_first_run.py": ["--steps", "5"],
+    "ddp_equivalence.py": ["--steps", "3"],
+    **{f"train_step{i}_{name}.py": TRAIN_QUICK for i, name in enumerate(
+        ["data", "logging", "checkpoints", "evaluation", "accumulation", "amp_compile"], start=1)},
+}
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
 BROKEN_ON_PURPOSE: set[str] = set()
 

@@ -1,0 +1,246 @@
+"""A real DDP training loop (notebook 04, step 4 of 6): distributed evaluation.
+
+    torchrun --nproc-per-node 2 launchers/train_step4_evaluation.py
+
+What it trains: a compact CNN (`Net`) on a synthetic image-classification set made in
+code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
+glyph at a random place. Every rank trains on its own shard of the data.
+
+Options (the defaults train in well under a minute on 2 CPU cores; scale up for GPUs):
+  --width W --image-size S --classes C        model and image size
+  --train-size N --test-size N --noise X       data size and difficulty
+  --norm batch|layer    BatchNorm (learns fast here), or LayerNorm (no batch statistics)
+  --epochs E --batch-size B (per rank) --lr LR --warmup STEPS   AdamW, warmup then cosine
+  --checkpoint-every N  save OUT/checkpoint.pt every N optimizer steps (rank 0, atomically)
+  --resume PATH         continue from a checkpoint if PATH exists, else start fresh
+                        (resume with the same number of ranks and batch size)
+  --fail-at-step N      simulate a crash: the last rank dies abruptly at step N
+  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json, DIR/tb/ (TensorBoard) and
+                        DIR/checkpoint.pt (the final weights, also with --checkpoint-every 0)
+"""
+
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+
+def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
+    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
+    glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
+    glyphs = glyphs.round() * 2 - 1  # +1/-1 pixels: the same glyphs for every split
+    g = torch.Generator().manual_seed(seed)  # a different seed for each split
+    labels = torch.randint(classes, (n,), generator=g)
+    rows = torch.randint(image_size - 4, (n,), generator=g)
+    cols = torch.randint(image_size - 4, (n,), generator=g)
+    images = noise * torch.randn(n, 1, image_size, image_size, generator=g)
+    for i in range(n):
+        images[i, 0, rows[i] : rows[i] + 5, cols[i] : cols[i] + 5] += glyphs[labels[i]]
+    return images, labels
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """LayerNorm over the channels of each pixel (as in ConvNeXt): no batch statistics."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class Net(nn.Module):
+    """A compact CNN: three conv blocks, a global max-pool, a linear classifier."""
+
+    def __init__(self, classes=8, width=16, norm="batch"):
+        super().__init__()
+
+        def block(c_in, c_out):
+            norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), norm_layer, nn.ReLU())
+
+        self.features = nn.Sequential(
+            block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
+            block(2 * width, 2 * width),
+        )  # fmt: skip
+        self.head = nn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).amax(dim=(2, 3)))
+
+
+def lr_at(step, total_steps, args):
+    """Linear warmup, then cosine decay to zero: a pure function of the step (resume-safe)."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = (step - args.warmup) / max(1, total_steps - args.warmup)
+    return args.lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def evaluate(model, x, y, device, batch_size=512):
+    """Each rank scores every world_size-th test sample; the sums are all-reduced (no padding)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x, y = x[rank::world_size], y[rank::world_size]
+    for buffer in model.buffers():  # BatchNorm running stats: each rank's last forward updated
+        dist.broadcast(buffer, src=0)  # its own copy; evaluate rank 0's, the ones it saves
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
+    model.eval()
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
+        logits = model(xb)
+        totals[0] += (logits.argmax(1) == yb).sum()
+        totals[1] += F.cross_entropy(logits, yb, reduction="sum")
+        totals[2] += len(yb)
+    model.train()
+    dist.all_reduce(totals)  # SUM over ranks: every rank now holds the totals of the whole set
+    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
+
+
+def save_checkpoint(path, model, optimizer, step):
+    """Rank 0 only. Write a temp file, then rename: a reader sees the old or the new file."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)  # atomic on POSIX: never a half-written checkpoint.pt
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--width", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--classes", type=int, default=8)
+    parser.add_argument("--train-size", type=int, default=4096)
+    parser.add_argument("--test-size", type=int, default=1024)
+    parser.add_argument("--noise", type=float, default=0.3)
+    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
+    parser.add_argument("--resume", default=None, help="checkpoint to continue from, if it exists")
+    parser.add_argument("--fail-at-step", type=int, default=-1)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = Net(args.classes, args.width, args.norm).to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+
+    start_step = 0
+    if args.resume and os.path.exists(args.resume):  # every rank reads the same file
+        state = torch.load(args.resume, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_step = state["step"]
+        if rank == 0:
+            print(f"resumed from {args.resume} at step {start_step}")
+
+    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
+    train_x, train_y = make_dataset(args.train_size, seed=1, **size)
+    test_x, test_y = make_dataset(args.test_size, seed=2, **size)  # held out: never trained on
+    train_set = TensorDataset(train_x, train_y)
+    sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    steps_per_epoch = len(loader)
+    total_steps = args.epochs * steps_per_epoch
+    samples_per_step = args.batch_size * world_size
+
+    writer = None
+    if rank == 0:  # one writer, one progress bar: rank 0 logs for everyone
+        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
+              f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}")
+    bar = tqdm(total=total_steps, initial=start_step, disable=rank != 0, desc="train", ncols=80,
+               mininterval=1.0)
+    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+
+    test_acc, test_loss = evaluate(model, test_x, test_y, device)
+    evals = [{"step": start_step, "test_acc": test_acc, "test_loss": test_loss}]
+    losses, step_times, seen = [], [], 0
+    step = start_step
+    tick = time.perf_counter()
+    for epoch in range(start_step // steps_per_epoch, args.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle every epoch, the same permutation on all ranks
+        first_epoch = epoch == start_step // steps_per_epoch
+        skip = start_step % steps_per_epoch if first_epoch else 0
+        for i, (x, y) in enumerate(loader):
+            if i < skip:
+                continue  # resuming mid-epoch: these batches were trained on before the stop
+            seen += len(x)
+            loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
+            loss.backward()  # DDP averages the gradients over all ranks during backward
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total_steps, args)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            now = time.perf_counter()
+            step_times.append(now - tick)
+            tick = now
+            if rank == 0:
+                losses.append(loss.item())
+                writer.add_scalar("train/loss", loss.item(), step)
+                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
+                writer.add_scalar("train/samples_per_s", samples_per_step / step_times[-1], step)
+                bar.update()
+                bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                if rank == 0:
+                    save_checkpoint(ckpt_path, model, optimizer, step)
+                    print(f"checkpoint step {step} saved", flush=True)
+                dist.barrier()  # nobody reads or moves on before the file is complete
+            if step == args.fail_at_step and rank == world_size - 1:
+                os._exit(13)  # a simulated crash: no exception, no cleanup, the process is gone
+        test_acc, test_loss = evaluate(model, test_x, test_y, device)
+        evals.append({"step": step, "test_acc": test_acc, "test_loss": test_loss})
+        if rank == 0:
+            writer.add_scalar("test/accuracy", test_acc, step)
+            writer.add_scalar("test/loss", test_loss, step)
+            bar.write(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
+                      f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
+        tick = time.perf_counter()  # evaluation time is not step time
+    bar.close()
+
+    if rank == 0:
+        save_checkpoint(ckpt_path, model, optimizer, step)
+        writer.close()
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    gathered = [None] * world_size
+    mine = {"checksum": checksum, "samples_seen": seen}
+    dist.gather_object(mine, gathered if rank == 0 else None)
+    if rank == 0:
+        timed = sorted(step_times[2:] or step_times)  # the first steps warm up
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "steps": step, "start_step": start_step, "losses": losses,
+                       "evals": evals,
+                       "step_time_median_s": timed[len(timed) // 2] if timed else None,
+                       "first_step_s": step_times[0] if step_times else None}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
