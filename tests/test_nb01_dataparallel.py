@@ -136,10 +136,15 @@ def test_dp_device0_above_the_rest_and_the_gap_grows_with_devices():
     assert ratios == sorted(ratios)
 
 
-def test_ddp_is_level_and_below_dp_device0():
+def test_ddp_is_level_and_below_dp_device0_when_outputs_are_large():
     ddp = memory.ddp_memory(1_000_000, 256, 4, **SIZES)
     assert len(set(ddp)) == 1
-    assert ddp[0] < memory.dp_memory(1_000_000, 256, 4, **SIZES)[0]
+    # the model state alone is as large on every DDP rank as on DP's device 0 ...
+    assert ddp[0] > memory.dp_memory(1_000_000, 256, 4, **SIZES)[1]
+    # ... but the batch's outputs are not all gathered on one device
+    logits = dict(SIZES, output_size=32_000)
+    assert memory.ddp_memory(1_000_000, 256, 4, **logits)[0] < memory.dp_memory(
+        1_000_000, 256, 4, **logits)[0]
     with_view = memory.ddp_memory(1_000_000, 256, 4, bucket_view=True, **SIZES)
     assert ddp[0] - with_view[0] == 4 * 1_000_000  # the buckets: one more copy of the gradients
 
@@ -163,6 +168,6 @@ def test_adam_and_dtype_scale_the_fixed_part():
     ],
 )
 def test_bad_input_names_the_parameter(kwargs, name):
-    args = dict(params=1000, batch=8, devices=2, **kwargs)
+    args = {**dict(params=1000, batch=8, devices=2), **kwargs}
     with pytest.raises(ValueError, match=name):
         memory.dp_memory(**args)
