@@ -11,7 +11,6 @@ import sys
 
 import psutil
 import torch
-import torch._dynamo  # noqa: F401  DDP(...) would import it later: about 100 MB of modules
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -44,7 +43,8 @@ def main():
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend)
-    rss_before = psutil.Process().memory_info().rss  # what follows is the training's memory
+    rss_before = psutil.Process().memory_info().rss  # before the model (the first DDP(...)
+    # also imports torch._dynamo: tens of MB of Python modules, on every rank alike)
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(args.in_features, args.hidden), nn.ReLU(),
