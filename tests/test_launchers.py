@@ -19,6 +19,7 @@ TRAIN_QUICK = ["--train-size", "256", "--test-size", "128", "--epochs", "1"]
 QUICK_ARGS = {
     "ddp_first_run.py": ["--steps", "5"],
     "ddp_equivalence.py": ["--steps", "3"],
+    "ddp_same_model.py": ["--steps", "2", "--hidden", "64", "--classes", "10", "--batch-size", "6"],
     **{f"train_step{i}_{name}.py": TRAIN_QUICK for i, name in enumerate(
         ["data", "logging", "checkpoints", "evaluation", "accumulation", "amp_compile"], start=1)},
 }

@@ -1,0 +1,171 @@
+"""The memory calculator of notebook 01: bytes each device holds during one training step.
+
+Pure functions (no torch, no hardware), so that tests and the notebook's slider panel can
+call them. The notebook explains every term and checks the numbers against the ledger of
+its DataParallel re-implementation; read it there (it prints this file's functions).
+
+The step, phase by phase, as ``nn.DataParallel`` runs it over K devices (device 0 holds the
+model, the optimizer and the batch; chunk k has ``c_k`` samples, as ``torch.chunk`` splits):
+
+=============  =====================================================  =======================
+phase          device 0                                               device k > 0
+=============  =====================================================  =======================
+scatter        weights + optimizer state + whole batch (+ labels)     + its input chunk
+replicate      (its replica is the model itself)                      + a copy of the weights
+forward        + its activations and outputs                          + its activations, outputs
+gather         + the gathered outputs (a copy, K > 1 only)
+loss           + what the loss saves + the outputs' gradient
+scatter_grads  - gathered outputs, loss buffers                       + its outputs' gradient
+backward       + gradients                                            + gradients of its replica
+reduce         - activations; + one replica's gradients received      - activations
+step           - the received gradients                               - everything
+=============  =====================================================  =======================
+
+With one device, DataParallel calls the module directly: nothing to replicate, gather or
+reduce, and the calculator (like torch) adds nothing for those phases.
+"""
+
+from __future__ import annotations
+
+import math
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+# tensors of the size of the parameters that each optimizer keeps
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
+DP_PHASES = ("scatter", "replicate", "forward", "gather", "loss", "scatter_grads", "backward",
+             "reduce", "step")  # fmt: skip
+
+
+def _check(name: str, value, minimum: float = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= minimum:
+        raise ValueError(f"{name}={value!r}: use a number >= {minimum}")
+
+
+def chunk_sizes(batch: int, devices: int) -> list[int]:
+    """Samples per device, as ``torch.chunk`` (and so DataParallel's scatter) splits a batch.
+
+    ``torch.chunk`` makes chunks of ceil(batch / devices): the last devices may get fewer
+    samples, or none at all (batch 5 over 4 devices: 2, 2, 1, 0).
+    """
+    _check("batch", batch, 1)
+    _check("devices", devices, 1)
+    size = math.ceil(batch / devices)
+    return [max(0, min(size, batch - k * size)) for k in range(devices)]
+
+
+def _sizes(params, dtype, optimizer):
+    _check("params", params, 0)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+    if optimizer not in OPTIMIZER_STATES:
+        raise ValueError(f"optimizer={optimizer!r}: use one of {', '.join(OPTIMIZER_STATES)}")
+    weights = params * DTYPE_BYTES[dtype]
+    return DTYPE_BYTES[dtype], weights, OPTIMIZER_STATES[optimizer] * weights
+
+
+def dp_phases(
+    params: int,
+    batch: int,
+    devices: int,
+    *,
+    dtype: str = "float32",
+    optimizer: str = "momentum",
+    activation_bytes_per_sample: float = 0,
+    output_size: int = 1,
+    input_size: int = 0,
+    label_bytes_per_sample: int = 0,
+) -> dict[str, list[float]]:
+    """Bytes held by each device at the end of each phase of one DataParallel step.
+
+    ``params``: parameter count; ``output_size`` / ``input_size``: elements per sample;
+    ``activation_bytes_per_sample``: what autograd keeps for backward, per sample, beyond
+    the input; ``label_bytes_per_sample``: the targets (they stay on device 0).
+    """
+    b, weights, state = _sizes(params, dtype, optimizer)
+    _check("activation_bytes_per_sample", activation_bytes_per_sample)
+    _check("output_size", output_size)
+    _check("input_size", input_size)
+    _check("label_bytes_per_sample", label_bytes_per_sample)
+    chunks = chunk_sizes(batch, devices)
+    x, o, a = input_size * b, output_size * b, activation_bytes_per_sample
+    split = devices > 1  # with one device DataParallel calls the module directly
+
+    held = [0.0] * devices
+    phases: dict[str, list[float]] = {}
+
+    def snapshot(name):
+        phases[name] = list(held)
+
+    # scatter: device 0 has weights, optimizer state, the whole batch and the labels;
+    # the others receive their chunk of the input
+    held[0] = weights + state + batch * (x + label_bytes_per_sample)
+    for k in range(1, devices):
+        held[k] += chunks[k] * x
+    snapshot("scatter")
+    for k in range(1, devices):  # replicate: a copy of the weights, on every forward
+        held[k] += weights if chunks[k] else 0
+    snapshot("replicate")
+    for k in range(devices):  # forward: each replica's activations and outputs
+        held[k] += chunks[k] * (a + o)
+    snapshot("forward")
+    gathered = batch * o if split else 0  # gather: a copy of every output on device 0
+    held[0] += gathered
+    snapshot("gather")
+    held[0] += 2 * batch * o  # loss: what it saves for backward + the outputs' gradient
+    snapshot("loss")
+    held[0] -= gathered + batch * o  # those freed; the gradient goes back out in chunks
+    for k in range(1, devices):
+        held[k] += chunks[k] * o
+    snapshot("scatter_grads")
+    for k in range(devices):  # backward: gradients of every replica
+        held[k] += weights if chunks[k] else 0
+    snapshot("backward")
+    for k in range(devices):  # activations, outputs and their gradients are freed
+        held[k] -= chunks[k] * (a + o) + (chunks[k] * o if k else 0)
+    held[0] -= batch * o
+    # reduce: device 0 receives one replica's gradients at a time and adds them to its own
+    held[0] += weights if split and any(chunks[1:]) else 0
+    snapshot("reduce")
+    held[0] -= weights if split and any(chunks[1:]) else 0
+    for k in range(1, devices):  # the replicas and their chunks are dropped
+        held[k] = 0
+    snapshot("step")
+    return phases
+
+
+def dp_memory(params: int, batch: int, devices: int, **sizes) -> list[float]:
+    """Peak bytes per device during one DataParallel step (the maximum over its phases)."""
+    phases = dp_phases(params, batch, devices, **sizes)
+    return [max(p[k] for p in phases.values()) for k in range(devices)]
+
+
+def ddp_memory(
+    params: int,
+    batch: int,
+    devices: int,
+    *,
+    dtype: str = "float32",
+    optimizer: str = "momentum",
+    activation_bytes_per_sample: float = 0,
+    output_size: int = 1,
+    input_size: int = 0,
+    label_bytes_per_sample: int = 0,
+    bucket_view: bool = False,
+) -> list[float]:
+    """Peak bytes per rank during one DDP step with global batch ``batch`` over ``devices``.
+
+    Every rank holds the same things: weights, gradients, DDP's gradient buckets (a second
+    copy of the gradients, unless ``gradient_as_bucket_view=True``), the optimizer state,
+    and only its own share of the batch: input, labels, activations, outputs, what the
+    loss saves and the outputs' gradient.
+    """
+    b, weights, state = _sizes(params, dtype, optimizer)
+    _check("activation_bytes_per_sample", activation_bytes_per_sample)
+    per_rank = chunk_sizes(batch, devices)
+    o, x = output_size * b, input_size * b
+    buckets = 0 if bucket_view else weights
+    fixed = 2 * weights + buckets + state
+    return [
+        fixed + c * (x + label_bytes_per_sample + activation_bytes_per_sample + 3 * o)
+        for c in per_rank
+    ]

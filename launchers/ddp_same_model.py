@@ -1,0 +1,85 @@
+"""Notebook 01's model under DDP: every rank reports its peak memory, to compare with DataParallel.
+
+    torchrun --nproc-per-node 2 launchers/ddp_same_model.py --steps 5
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+
+import psutil
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def peak_rss_bytes():
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=256, help="global, split over ranks")
+    parser.add_argument("--in-features", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    rss_before = psutil.Process().memory_info().rss  # before the model (the first DDP(...)
+    # also imports torch._dynamo: tens of MB of Python modules, on every rank alike)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(args.in_features, args.hidden), nn.ReLU(),
+                          nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                          nn.Linear(args.hidden, args.classes)).to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
+    per_rank = args.batch_size // world_size  # each rank: its own share of the global batch
+    data = torch.Generator().manual_seed(1000 + rank)
+    losses = []
+    for _ in range(args.steps):
+        x = torch.randn(per_rank, args.in_features, generator=data).to(device)
+        y = torch.randint(args.classes, (per_rank,), generator=data).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(ddp_model(x), y)
+        loss.backward()  # all-reduce of the gradients: no device collects the others' work
+        optimizer.step()  # every rank steps its own replica
+        losses.append(loss.item())
+    if rank == 0:
+        print(f"{args.steps} steps, global batch {per_rank * world_size}, loss {losses[-1]:.4f}")
+
+    cuda_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    record = {"rank": rank, "rss_before_model": rss_before, "peak_rss": peak_rss_bytes(),
+              "cuda_peak": cuda_peak}
+    print(f"rank {rank}: peak RSS {record['peak_rss'] / 2**20:.0f} MB "
+          f"(+{(record['peak_rss'] - rss_before) / 2**20:.0f} MB over its start)")
+    gathered = [None] * world_size
+    dist.gather_object(record, gathered if rank == 0 else None)
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "params":
+                       sum(p.numel() for p in model.parameters()), "ranks": gathered}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

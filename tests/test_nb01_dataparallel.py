@@ -1,0 +1,173 @@
+"""Notebook 01: DataParallel taken apart and measured; its memory calculator on its own."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import execute_notebook
+
+from coursekit import memory
+
+WRONG_SOLUTIONS = Path(__file__).parent / "solutions_wrong"
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """The notebook with the reference solution of its exercise, default ranks."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it
+        return execute_notebook("01", tmp_path_factory.mktemp("nb01"))
+
+
+def ks(results):
+    return [int(k) for k in results["ks"].split(",")]
+
+
+def test_device0_holds_more_than_every_other_device_and_more_so_with_k(reference_run):
+    r = reference_run
+    multi = [k for k in ks(r) if k > 1]
+    assert len(multi) >= 2
+    for k in multi:
+        assert r[f"ledger_dev0_bytes_k{k}"] > r[f"ledger_max_other_bytes_k{k}"]
+    ratios = [r[f"ledger_ratio_k{k}"] for k in multi]
+    assert ratios == sorted(ratios) and ratios[-1] > ratios[0]
+
+
+def test_rebuilt_dp_computes_the_same_gradients(reference_run):
+    assert reference_run["rebuilt_grad_max_diff"] < 1e-5
+
+
+def test_calculator_within_10_percent_of_the_ledger(reference_run):
+    r = reference_run
+    assert r["calc_within_10pct"] is True
+    for k in ks(r):
+        assert r[f"calc_error_k{k}"] < 0.10
+        if k > 1:
+            assert r[f"calc_ratio_k{k}"] == pytest.approx(r[f"ledger_ratio_k{k}"], rel=0.10)
+
+
+def test_serial_share_grows_with_k(reference_run):
+    r = reference_run
+    kmax = max(ks(r))
+    # K=1 has nothing to replicate or reduce; at the largest K both cost a copy per device
+    assert r[f"serial_share_k{kmax}"] > r["serial_share_k1"]
+
+
+def test_gil_threads_vs_processes(reference_run):
+    r = reference_run
+    if min(r["gil_processes_matmul"], r["gil_processes_tiny"]) < 1.3:
+        pytest.skip(
+            "no spare core was free during the measurement (2 processes only "
+            f"x{r['gil_processes_matmul']:.2f} and x{r['gil_processes_tiny']:.2f}): "
+            "a threads-vs-processes comparison needs one"
+        )
+    # tiny Python-level ops: processes clearly beat threads (the GIL serialises the threads)
+    assert r["gil_processes_tiny"] > 1.2 * r["gil_threads_tiny"]
+    # large matmuls: threads lose far less to processes (torch releases the GIL in its kernels)
+    tiny_loss = r["gil_processes_tiny"] / r["gil_threads_tiny"]
+    matmul_loss = r["gil_processes_matmul"] / r["gil_threads_matmul"]
+    assert tiny_loss > 1.2 * matmul_loss
+    assert r["gil_threads_matmul"] > r["gil_threads_tiny"]
+
+
+def test_batchnorm_trap(reference_run):
+    r = reference_run
+    assert r["bn_output_diff_shuffled"] > 1e-3
+    assert r["bn_output_diff_unshuffled"] > 2 * r["bn_output_diff_shuffled"]
+    assert r["bn_running_mean_diff_unshuffled"] > 1e-3
+
+
+def test_ddp_ranks_are_balanced(reference_run):
+    r = reference_run
+    assert r["ddp_world_size"] == r["nproc"]
+    assert r["ddp_balance_max_over_min"] < 1.25
+    assert r["ddp_rank0_mem_bytes"] > 0
+
+
+def test_nothing_is_called_a_gpu_measurement_without_a_gpu(reference_run):
+    r = reference_run
+    assert r["gpu_measured"] is (r["tier"] != "cpu")
+    assert ("gpu_peak_dev0_bytes" in r) is r["gpu_measured"]
+
+
+def test_exercise_accepts_the_reference_solution(reference_run):
+    assert reference_run["exercise_passed"] is True
+
+
+def test_exercise_rejects_a_wrong_solution_with_three_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
+    r = execute_notebook("01", tmp_path, NPROC=3)
+    assert r["exercise_passed"] is False
+    assert r["ddp_world_size"] == 3 and r["ddp_balance_max_over_min"] < 1.25
+
+
+# the calculator, on its own
+
+
+@pytest.mark.parametrize("devices", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("batch", [1, 2, 5, 7, 8, 13, 64])
+def test_chunk_sizes_follow_torch_chunk(batch, devices):
+    expected = [len(c) for c in torch.arange(batch).chunk(devices)]
+    expected += [0] * (devices - len(expected))
+    assert memory.chunk_sizes(batch, devices) == expected
+
+
+SIZES = dict(dtype="float32", optimizer="momentum", activation_bytes_per_sample=4096,
+             output_size=1000, input_size=256, label_bytes_per_sample=8)  # fmt: skip
+
+
+def test_dp_with_one_device_is_the_plain_step():
+    p, b = 10_000, 32
+    w, state = 4 * p, 4 * p
+    x, a, o, lab = 4 * 256, 4096, 4 * 1000, 8
+    base = w + state + b * (x + lab) + b * (a + o)
+    loss_phase = base + 2 * b * o  # loss buffers + the outputs' gradient
+    backward_phase = base + b * o + w  # the outputs' gradient + the weights' gradients
+    assert memory.dp_memory(p, b, 1, **SIZES) == [max(loss_phase, backward_phase)]
+
+
+def test_dp_device0_above_the_rest_and_the_gap_grows_with_devices():
+    ratios = []
+    for k in (2, 4, 8):
+        peaks = memory.dp_memory(1_000_000, 256, k, **SIZES)
+        assert peaks[0] > max(peaks[1:])
+        assert peaks[1:] == sorted(peaks[1:], reverse=True)  # torch.chunk: the last get less
+        ratios.append(peaks[0] / max(peaks[1:]))
+    assert ratios == sorted(ratios)
+
+
+def test_ddp_is_level_and_below_dp_device0_when_outputs_are_large():
+    ddp = memory.ddp_memory(1_000_000, 256, 4, **SIZES)
+    assert len(set(ddp)) == 1
+    # the model state alone is as large on every DDP rank as on DP's device 0 ...
+    assert ddp[0] > memory.dp_memory(1_000_000, 256, 4, **SIZES)[1]
+    # ... but the batch's outputs are not all gathered on one device
+    logits = dict(SIZES, output_size=32_000)
+    assert memory.ddp_memory(1_000_000, 256, 4, **logits)[0] < memory.dp_memory(
+        1_000_000, 256, 4, **logits)[0]
+    with_view = memory.ddp_memory(1_000_000, 256, 4, bucket_view=True, **SIZES)
+    assert ddp[0] - with_view[0] == 4 * 1_000_000  # the buckets: one more copy of the gradients
+
+
+def test_adam_and_dtype_scale_the_fixed_part():
+    sgd = memory.dp_memory(1000, 1, 1, optimizer="sgd")[0]
+    adam = memory.dp_memory(1000, 1, 1, optimizer="adam")[0]
+    assert adam - sgd == 2 * 4 * 1000
+    assert memory.dp_memory(1000, 1, 1, dtype="bfloat16")[0] * 2 == memory.dp_memory(1000, 1, 1)[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(batch=0), "batch"),
+        (dict(devices=0), "devices"),
+        (dict(params=-1), "params"),
+        (dict(dtype="fp8"), "dtype"),
+        (dict(optimizer="lion"), "optimizer"),
+        (dict(output_size=-5), "output_size"),
+    ],
+)
+def test_bad_input_names_the_parameter(kwargs, name):
+    args = {**dict(params=1000, batch=8, devices=2), **kwargs}
+    with pytest.raises(ValueError, match=name):
+        memory.dp_memory(**args)
