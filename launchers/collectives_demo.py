@@ -1,0 +1,93 @@
+"""The collectives, shown as data: every rank starts from tensors tagged with its rank.
+
+    torchrun --nproc-per-node 3 launchers/collectives_demo.py
+
+Rank r's tensors hold 10*r + position (rank 1: 10, 11, 12, ...), so every number in a
+result says where it came from. Every rank records each tensor before and after each call.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def tagged(rank, length, device):
+    """[10r, 10r+1, ..., 10r+length-1]: the tens say which rank, the units which position."""
+    return torch.arange(length, dtype=torch.float32, device=device) + 10 * rank
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--length", type=int, default=4, help="elements per tensor")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    n, length = world_size, args.length
+    seen = {}  # op name -> {"before": [...], "after": [...]} on this rank
+
+    # broadcast: rank 0's tensor is copied to every rank
+    x = tagged(rank, length, device)
+    before = x.tolist()
+    dist.broadcast(x, src=0)
+    seen["broadcast"] = {"before": before, "after": x.tolist()}
+
+    # all_reduce SUM: every rank ends with the element-wise sum over ranks
+    x = tagged(rank, length, device)
+    before = x.tolist()
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    seen["all_reduce_sum"] = {"before": before, "after": x.tolist()}
+
+    # all_reduce AVG: the mean, what DDP does to gradients
+    x = tagged(rank, length, device)
+    before = x.tolist()
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    seen["all_reduce_avg"] = {"before": before, "after": x.tolist()}
+
+    # all_gather: every rank ends with every rank's tensor, in rank order
+    x = tagged(rank, length, device)
+    gathered = torch.empty(n * length, device=device)
+    dist.all_gather_into_tensor(gathered, x)
+    seen["all_gather"] = {"before": x.tolist(), "after": gathered.tolist()}
+
+    # reduce_scatter: sum over ranks, then rank r keeps only the r-th of n equal chunks
+    x = tagged(rank, n * length, device)
+    mine = torch.empty(length, device=device)
+    dist.reduce_scatter_tensor(mine, x, op=dist.ReduceOp.SUM)
+    seen["reduce_scatter"] = {"before": x.tolist(), "after": mine.tolist()}
+
+    # send/recv: each rank sends to its right neighbour and receives from its left one
+    x = tagged(rank, length, device)
+    inbox = torch.full((length,), -1.0, device=device)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    ops = [dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, inbox, left)]
+    for request in dist.batch_isend_irecv(ops):  # both at once: nobody waits for the other
+        request.wait()
+    seen["send_recv"] = {"before": x.tolist(), "after": inbox.tolist()}
+
+    print(f"rank {rank}: all_reduce_sum {seen['all_reduce_sum']['before']} -> "
+          f"{seen['all_reduce_sum']['after']}")
+    per_rank = [None] * world_size
+    dist.all_gather_object(per_rank, seen)
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": per_rank}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
