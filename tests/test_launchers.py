@@ -15,7 +15,12 @@ LAUNCHERS = ROOT / "launchers"
 # scripts that start their own processes (mp.spawn) instead of running under torchrun
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
-QUICK_ARGS = {"ddp_first_run.py": ["--steps", "5"]}
+QUICK_ARGS = {
+    "ddp_first_run.py": ["--steps", "5"],
+    "ring_allreduce.py": ["--sizes", "1", "5"],
+    "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
+                           "--model-width", "32"],
+}
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
 BROKEN_ON_PURPOSE: set[str] = set()
 
