@@ -29,11 +29,12 @@ def main():
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    if args.device == "cuda" and world_size <= torch.cuda.device_count():
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
+        backend = "nccl"
+    else:  # CPU ranks, or ranks sharing a GPU: gloo, which takes CUDA tensors only for
+        # all_reduce and broadcast, so here the tensors stay on the CPU
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend)
     n, length = world_size, args.length
