@@ -1,9 +1,10 @@
-"""The collectives, shown as data: every rank starts from tensors tagged with its rank.
+"""Who is who, then the collectives shown as data, on tensors tagged with each rank.
 
     torchrun --nproc-per-node 3 launchers/collectives_demo.py
 
-Rank r's tensors hold 10*r + position (rank 1: 10, 11, 12, ...), so every number in a
-result says where it came from. Every rank records each tensor before and after each call.
+Every rank first reports what torchrun told it (rank, pid, device, backend). Then rank r's
+tensors hold 10*r + position (rank 1: 10, 11, 12, ...), so every number in a result says
+where it came from; every rank records each tensor before and after each call.
 """
 
 import argparse
@@ -36,7 +37,23 @@ def main():
     else:  # CPU ranks, or ranks sharing a GPU: gloo, which takes CUDA tensors only for
         # all_reduce and broadcast, so here the tensors stay on the CPU
         device, backend = torch.device("cpu"), "gloo"
+    # blocks until all WORLD_SIZE ranks have met at MASTER_ADDR:MASTER_PORT, then connects them
     dist.init_process_group(backend)
+
+    # 1. who am I? every rank prints its row: this part is about ranks
+    identity = {
+        "rank": dist.get_rank(),
+        "local_rank": local_rank,
+        "world_size": dist.get_world_size(),
+        "pid": os.getpid(),
+        "parent_pid": os.getppid(),
+        "device": str(device),
+        "backend": dist.get_backend(),
+        "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+    }
+    print("hello from", json.dumps(identity))
+
+    # 2. the collectives, each on freshly tagged tensors
     n, length = world_size, args.length
     seen = {}  # op name -> {"before": [...], "after": [...]} on this rank
 
@@ -82,7 +99,7 @@ def main():
     print(f"rank {rank}: all_reduce_sum {seen['all_reduce_sum']['before']} -> "
           f"{seen['all_reduce_sum']['after']}")
     per_rank = [None] * world_size
-    dist.all_gather_object(per_rank, seen)
+    dist.all_gather_object(per_rank, {"identity": identity, "ops": seen})  # everyone's records
     if rank == 0:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
