@@ -78,22 +78,25 @@ def main():
     # all_gather: every rank ends with every rank's tensor, in rank order
     x = tagged(rank, length, device)
     gathered = torch.empty(n * length, device=device)
-    dist.all_gather_into_tensor(gathered, x)
+    dist.all_gather_single(gathered, x)
     seen["all_gather"] = {"before": x.tolist(), "after": gathered.tolist()}
 
     # reduce_scatter: sum over ranks, then rank r keeps only the r-th of n equal chunks
     x = tagged(rank, n * length, device)
     mine = torch.empty(length, device=device)
-    dist.reduce_scatter_tensor(mine, x, op=dist.ReduceOp.SUM)
+    dist.reduce_scatter_single(mine, x, op=dist.ReduceOp.SUM)
     seen["reduce_scatter"] = {"before": x.tolist(), "after": mine.tolist()}
 
     # send/recv: each rank sends to its right neighbour and receives from its left one
     x = tagged(rank, length, device)
     inbox = torch.full((length,), -1.0, device=device)
     right, left = (rank + 1) % n, (rank - 1) % n
-    ops = [dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, inbox, left)]
-    for request in dist.batch_isend_irecv(ops):  # both at once: nobody waits for the other
-        request.wait()
+    if n > 1:
+        ops = [dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, inbox, left)]
+        for request in dist.batch_isend_irecv(ops):  # both at once: nobody waits for the other
+            request.wait()
+    else:  # a ring of one: the neighbour is oneself, and the backends refuse to send to self
+        inbox.copy_(x)
     seen["send_recv"] = {"before": x.tolist(), "after": inbox.tolist()}
 
     print(f"rank {rank}: all_reduce_sum {seen['all_reduce_sum']['before']} -> "
