@@ -1,0 +1,158 @@
+"""What an all-reduce costs: time per call over message sizes, as NVIDIA's nccl-tests report it.
+
+    torchrun --nproc-per-node 2 launchers/allreduce_bench.py --max-bytes 64M
+
+For each size: warm-up calls, then --iters timed calls, each started together after a
+barrier; a call's time is the slowest rank's, and we keep the median over the calls.
+    algbw = bytes / time                  (what one rank's buffer sees)
+    busbw = algbw * 2 (n - 1) / n         (what each link carries in a ring all-reduce)
+Also, in the same rounds (so that every figure sees the same machine):
+  --ring FILE    the ring_all_reduce() of FILE on the same sizes, to compare with the library;
+  --model-width  the gradients of an MLP, all-reduced as one flat bucket (as DDP does)
+                 and as one call per parameter tensor;
+and rank 0's single-process copy bandwidth, the ceiling for moving bytes in memory.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def parse_bytes(text):
+    """'64M' -> 67108864; plain numbers are bytes."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    unit = text[-1].upper()
+    return int(float(text[:-1]) * units[unit]) if unit in units else int(text)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # GPU calls return before the work is done
+
+
+def timed(fn, device):
+    """Seconds one call of fn() takes on this rank, started together with the other ranks."""
+    dist.barrier()
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def copy_bandwidth(nbytes, device, repeats=10):
+    """Bytes per second that one process copies from one buffer to another."""
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeats + 2):
+        sync(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times[2:])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--min-bytes", default="4")
+    parser.add_argument("--max-bytes", default="64M")
+    parser.add_argument("--factor", type=int, default=4, help="ratio between successive sizes")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--ring", help="a file that defines ring_all_reduce(tensor, group=None)")
+    parser.add_argument("--model-width", type=int, default=0, help="0: no gradient all-reduce")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda" and world_size <= torch.cuda.device_count():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:  # CPU ranks, or ranks sharing a GPU: gloo, which takes CUDA tensors only for
+        # all_reduce and broadcast, so here the tensors stay on the CPU
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+
+    sizes = []  # bytes, of float32 tensors
+    size = max(4, parse_bytes(args.min_bytes))
+    while size <= parse_bytes(args.max_bytes):
+        sizes.append(size)
+        size *= args.factor
+    buffers = {size: torch.ones(size // 4, device=device) for size in sizes}
+    calls = {f"library {size}": (lambda b=buffers[size]: dist.all_reduce(b)) for size in sizes}
+    if args.ring:
+        spec = importlib.util.spec_from_file_location("ring", args.ring)
+        ring = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ring)
+        calls.update({f"ring {size}": (lambda b=buffers[size]: ring.ring_all_reduce(b))
+                      for size in sizes})
+    grads = []
+    if args.model_width:
+        torch.manual_seed(0)
+        w = args.model_width
+        model = nn.Sequential(nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(),
+                              nn.Linear(w, 10)).to(device)
+        model(torch.randn(64, w, device=device)).square().mean().backward()
+        grads = [p.grad for p in model.parameters()]
+        bucket = torch.cat([g.view(-1) for g in grads])  # one flat buffer, like a DDP bucket
+        calls["grad bucket"] = lambda: dist.all_reduce(bucket)
+        calls["grad per tensor"] = lambda: [dist.all_reduce(g) for g in grads]
+
+    for _ in range(args.warmup):
+        for fn in calls.values():
+            fn()
+    times = {name: [] for name in calls}
+    for _ in range(args.iters):  # rounds: every size once per round, so drift hits all alike
+        for name, fn in calls.items():
+            times[name].append(timed(fn, device))
+    dist.barrier()
+    copy_bps = copy_bandwidth(max(sizes[-1], 64 * 2**20), device) if rank == 0 else None
+    dist.barrier()
+
+    per_rank = [None] * world_size
+    dist.all_gather_object(per_rank, times)
+    if rank == 0:
+        # a collective is done when its slowest rank is: max over ranks, then median over calls
+        median = {name: statistics.median(max(r[name][i] for r in per_rank)
+                                          for i in range(args.iters)) for name in calls}
+        rows = []
+        print(f"{'bytes':>10} {'time_us':>10} {'algbw_GBps':>11} {'busbw_GBps':>11}  ({backend}, "
+              f"{world_size} ranks, median of {args.iters})")
+        for size in sizes:
+            t = median[f"library {size}"]
+            algbw = size / t
+            busbw = algbw * 2 * (world_size - 1) / world_size
+            row = {"bytes": size, "seconds": t, "algbw": algbw, "busbw": busbw}
+            if args.ring:
+                row["ring_seconds"] = median[f"ring {size}"]
+            rows.append(row)
+            print(f"{size:>10} {t * 1e6:>10.1f} {algbw / 1e9:>11.3f} {busbw / 1e9:>11.3f}")
+        print(f"single-process copy: {copy_bps / 1e9:.2f} GB/s")
+        metrics = {"world_size": world_size, "backend": backend, "device": str(device),
+                   "iters": args.iters, "sizes": rows, "copy_bandwidth": copy_bps,
+                   "ranks": [{"rank": r} for r in range(world_size)]}
+        if grads:
+            metrics["grad"] = {"tensor_bytes": [g.numel() * 4 for g in grads],
+                               "bucket_seconds": median["grad bucket"],
+                               "per_tensor_seconds": median["grad per tensor"]}
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump(metrics, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Exercise: all-reduce built by hand from send/recv, as a ring, checked against dist.all_reduce.
+
+    torchrun --nproc-per-node 4 launchers/ring_allreduce.py
+
+Fill in ring_all_reduce() below. The rest of the file checks it: with 4 ranks it tries every
+world size from 1 to 4 (process groups of the first k ranks) and sizes chosen to be awkward
+(odd, prime, smaller than the number of ranks), and compares your result with the library's
+dist.all_reduce using torch.testing.assert_close.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def exchange(send_buf, recv_buf, group=None):
+    """Send send_buf to the right neighbour while receiving recv_buf from the left one.
+
+    Both are posted at once: if every rank first sent and then received, every rank could
+    wait for its neighbour to receive, forever (NCCL does exactly that).
+    """
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    ops = [
+        dist.P2POp(dist.isend, send_buf, group=group, group_peer=(rank + 1) % n),
+        dist.P2POp(dist.irecv, recv_buf, group=group, group_peer=(rank - 1) % n),
+    ]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+
+
+def ring_all_reduce(tensor, group=None):
+    """Sum `tensor` over the ranks of `group`, in place (like dist.all_reduce), with a ring.
+
+    The n ranks cut the tensor into n chunks (torch.tensor_split: lengths may differ by one,
+    and chunks may be empty when the tensor has fewer than n elements).
+    1. reduce-scatter, n - 1 steps: at step s rank r sends its chunk (r - s) % n to the right,
+       receives chunk (r - s - 1) % n from the left and adds it to its own chunk.
+       Afterwards rank r holds the complete sum of chunk (r + 1) % n.
+    2. all-gather, n - 1 steps: at step s rank r sends chunk (r + 1 - s) % n to the right and
+       receives chunk (r - s) % n from the left straight into place, overwriting its own.
+    """
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    chunks = tensor.view(-1).tensor_split(n)  # views: writing into a chunk writes into tensor
+    for step in range(n - 1):  # 1. reduce-scatter
+        # TODO: exchange(chunks[...], incoming, group) with a fresh buffer `incoming`
+        # (torch.empty_like), then add it to the right chunk
+        pass
+    for step in range(n - 1):  # 2. all-gather
+        # TODO: exchange(chunks[...], chunks[...], group)
+        pass
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 3, 5, 7, 13, 1001, 4099],
+                        help="numbers of elements to check (odd on purpose)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda" and world_size <= torch.cuda.device_count():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:  # CPU ranks, or ranks sharing a GPU: gloo, which takes CUDA tensors only for
+        # all_reduce and broadcast, so here the tensors stay on the CPU
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+
+    cases = []  # one per (group size, tensor size), as this rank saw it
+    for k in range(1, world_size + 1):
+        group = dist.new_group(list(range(k)))  # every rank takes part in creating a group
+        if rank < k:
+            for numel in args.sizes:
+                generator = torch.Generator().manual_seed(1000 * rank + numel)
+                x = torch.randn(numel, generator=generator).to(device)
+                expected = x.clone()
+                dist.all_reduce(expected, group=group)  # the library's answer
+                ring_all_reduce(x, group=group)  # yours, in place
+                try:
+                    torch.testing.assert_close(x, expected)
+                    ok, why = True, ""
+                except AssertionError as err:
+                    ok, why = False, str(err).splitlines()[0]
+                err_max = (x - expected).abs().max().item() if numel else 0.0
+                cases.append({"world_size": k, "numel": numel, "ok": ok,
+                              "max_abs_err": err_max, "why": why})
+        dist.barrier()
+
+    per_rank = [None] * world_size
+    dist.all_gather_object(per_rank, {"rank": rank, "cases": cases})
+    if rank == 0:
+        # a case passes when every rank of its group got the library's answer
+        merged = {}
+        for record in per_rank:
+            for case in record["cases"]:
+                key = (case["world_size"], case["numel"])
+                seen = merged.setdefault(key, {**case, "failed_ranks": []})
+                seen["ok"] = seen["ok"] and case["ok"]
+                seen["max_abs_err"] = max(seen["max_abs_err"], case["max_abs_err"])
+                if not case["ok"]:
+                    seen["failed_ranks"].append(record["rank"])
+                    seen["why"] = seen["why"] or case["why"]
+        checked = list(merged.values())
+        for case in checked:
+            if not case["ok"]:
+                print(f"FAIL world size {case['world_size']}, {case['numel']} elements: "
+                      f"max |ring - library| = {case['max_abs_err']:.2e}")
+        for k in range(1, world_size + 1):
+            mine = [c for c in checked if c["world_size"] == k]
+            print(f"world size {k}: {sum(c['ok'] for c in mine)} of {len(mine)} sizes match "
+                  f"dist.all_reduce (max |ring - library| = "
+                  f"{max(c['max_abs_err'] for c in mine):.2e})")
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": per_rank,
+                       "cases": checked, "all_passed": all(c["ok"] for c in checked)}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
