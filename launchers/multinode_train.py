@@ -43,7 +43,7 @@ def save_checkpoint(path, model, optimizer, step):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--global-batch", type=int, default=64, help="split over all ranks")
+    parser.add_argument("--global-batch", type=int, default=96, help="split over all ranks")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--save-every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pretend work per step")

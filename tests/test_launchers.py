@@ -15,7 +15,7 @@ LAUNCHERS = ROOT / "launchers"
 # scripts that start their own processes (mp.spawn) instead of running under torchrun
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
-QUICK_ARGS = {"ddp_first_run.py": ["--steps", "5"]}
+QUICK_ARGS = {"ddp_first_run.py": ["--steps", "5"], "multinode_train.py": ["--steps", "3"]}
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
 BROKEN_ON_PURPOSE: set[str] = set()
 
