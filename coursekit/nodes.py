@@ -15,6 +15,7 @@ The rendezvous arguments (the multi-node wiring) stay with the caller, in plain 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -47,8 +48,6 @@ class JobResult:
 
     @property
     def metrics(self) -> dict:
-        import json
-
         path = self.out_dir / "metrics.json"
         if not path.exists():
             raise FileNotFoundError(f"{self.name} wrote no {path} (did rank 0 reach the end?)")
@@ -139,7 +138,7 @@ def run_nodes(
                 job.nodes[node] = e.result
             stop.set()
 
-    for i in range(n_nodes):  # nodes that start at once share the one run directory's setup
+    for i in range(n_nodes):  # the nodes without a trigger start at once
         if not start_when[i]:
             started[i].set()
     start = time.monotonic()
