@@ -5,10 +5,12 @@ Lesson content lives in the notebooks and launchers; this package only runs them
 
 from .config import ParameterError, Setup, configure
 from .exercises import answer, answer_file, check_answer
+from .nodes import JobResult, run_nodes
 from .results import load_results, save_results
 from .runner import LauncherFailed, LauncherTimeout, RunResult, run_launcher
 
 __all__ = [
+    "JobResult",
     "LauncherFailed",
     "LauncherTimeout",
     "ParameterError",
@@ -20,5 +22,6 @@ __all__ = [
     "configure",
     "load_results",
     "run_launcher",
+    "run_nodes",
     "save_results",
 ]

@@ -182,6 +182,7 @@ def run_launcher(
     echo: bool = True,
     on_line: Callable[[int | None, str], None] | None = None,
     progress: int | None = None,
+    stop: threading.Event | None = None,
 ) -> RunResult:
     """Run ``torchrun --nproc-per-node N script args`` and return what it did.
 
@@ -236,7 +237,7 @@ def run_launcher(
         return run_command(
             cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
             env=torchrun_env, check=check, echo=echo, on_line=each_line,
-            shown=["torchrun", *cmd[3:]],
+            shown=["torchrun", *cmd[3:]], stop=stop,
         )  # fmt: skip
     finally:
         if bar is not None:
@@ -270,8 +271,12 @@ def run_command(
     echo: bool = True,
     on_line: Callable[[int | None, str], None] | None = None,
     shown: Sequence[str] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunResult:
-    """Run any command with the runner's guarantees: live lines, timeout, no survivors."""
+    """Run any command with the runner's guarantees: live lines, timeout, no survivors.
+
+    ``stop``, when set by another thread, ends the run early (its whole tree is killed).
+    """
     timeout_s = setup.timeout_s if timeout_s is None else timeout_s
     run_dir = run_dir or fresh_run_dir(setup, name)
     result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir)
@@ -299,6 +304,8 @@ def run_command(
             now = time.monotonic()
             if now - start > timeout_s:
                 result.timed_out = True
+                break
+            if stop is not None and stop.is_set():
                 break
             if now >= next_scan:  # remember every descendant, so none can escape the kill
                 try:

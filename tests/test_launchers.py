@@ -22,6 +22,7 @@ QUICK_ARGS = {
     "ddp_same_model.py": ["--steps", "2", "--hidden", "64", "--classes", "10", "--batch-size", "6"],
     **{f"train_step{i}_{name}.py": TRAIN_QUICK for i, name in enumerate(
         ["data", "logging", "checkpoints", "evaluation", "accumulation", "amp_compile"], start=1)},
+    "multinode_train.py": ["--steps", "3"],
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],

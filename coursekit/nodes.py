@@ -1,0 +1,170 @@
+"""Run several torchrun agents at once, one per pretend "node", with the runner's guarantees.
+
+Each agent is an ordinary :func:`coursekit.run_launcher` call (live lines, ``TIMEOUT_S``,
+its whole process tree killed at the end) in a thread of its own. What this adds:
+
+- the agents share one ``--out`` folder (the shared filesystem of a real cluster);
+- a node can be told to start only once some line has appeared (``start_when``), to
+  show a node joining a job that is already running;
+- when one agent fails or runs out of time, the others are stopped too, so nothing is
+  left waiting for a partner that will never come;
+- the agents' own lines are marked ``[nodeN]``; the ranks' lines keep ``[rankR]``.
+
+The rendezvous arguments (the multi-node wiring) stay with the caller, in plain sight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Setup
+from .runner import LauncherFailed, LauncherTimeout, RunResult, _label, fresh_run_dir, run_launcher
+
+
+@dataclass
+class JobResult:
+    """A multi-node job: one RunResult per node agent, sharing ``out_dir``."""
+
+    name: str
+    run_dir: Path
+    nodes: list[RunResult | None] = field(default_factory=list)
+    errors: list[BaseException | None] = field(default_factory=list)
+    lines: list[tuple[int, int | None, str]] = field(default_factory=list)  # (node, rank, text)
+    seconds: float = 0.0
+
+    @property
+    def out_dir(self) -> Path:
+        return self.run_dir / "out"
+
+    @property
+    def ok(self) -> bool:
+        return all(n is not None and n.ok for n in self.nodes)
+
+    @property
+    def metrics(self) -> dict:
+        path = self.out_dir / "metrics.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{self.name} wrote no {path} (did rank 0 reach the end?)")
+        return json.loads(path.read_text())
+
+    def rank_lines(self, rank: int) -> list[str]:
+        return [text for _, r, text in self.lines if r == rank]
+
+    def node_lines(self, node: int) -> list[str]:
+        """What node ``node``'s agent printed itself (not its ranks)."""
+        return [text for n, r, text in self.lines if n == node and r is None]
+
+    @property
+    def output(self) -> str:
+        return "\n".join(f"[node{n}] {text}" if r is None else _label(r, text)
+                         for n, r, text in self.lines)
+
+
+def run_nodes(
+    script: str | os.PathLike,
+    args: Sequence[object] = (),
+    *,
+    setup: Setup,
+    rendezvous: Sequence[Sequence[str]],
+    nproc: int | None = None,
+    name: str | None = None,
+    start_when: Sequence[str | None] | None = None,
+    torchrun_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    check: bool = True,
+    echo: bool = True,
+    on_line: Callable[[int, int | None, str], None] | None = None,
+) -> JobResult:
+    """Start one torchrun agent per entry of ``rendezvous`` (its rendezvous arguments).
+
+    ``start_when[i]``: node i starts once a line containing that text has been printed by
+    any node (None: at once). ``check=False`` returns a failed job instead of raising.
+    """
+    name = name or Path(script).stem
+    n_nodes = len(rendezvous)
+    start_when = list(start_when or [None] * n_nodes)
+    if len(start_when) != n_nodes:
+        raise ValueError(f"start_when has {len(start_when)} entries for {n_nodes} nodes")
+    run_dir = fresh_run_dir(setup, name)
+    args = [str(a) for a in args]
+    if "--out" not in args:
+        args += ["--out", str(run_dir / "out")]
+    job = JobResult(name=name, run_dir=run_dir, nodes=[None] * n_nodes,
+                    errors=[None] * n_nodes)
+    stop = threading.Event()
+    printed = threading.Lock()
+    seen: list[str] = []
+    started = [threading.Event() for _ in range(n_nodes)]
+
+    def line(node: int, rank: int | None, text: str) -> None:
+        with printed:
+            job.lines.append((node, rank, text))
+            seen.append(text)
+            if echo:
+                print(f"[node{node}] {text}" if rank is None else _label(rank, text), flush=True)
+        if on_line:
+            on_line(node, rank, text)
+        for i, trigger in enumerate(start_when):
+            if trigger and not started[i].is_set() and trigger in text:
+                started[i].set()
+
+    def agent(node: int) -> None:
+        if start_when[node]:
+            while not started[node].wait(0.1):
+                if stop.is_set():
+                    return
+        if echo:
+            with printed:
+                print(f"[node{node}] starting its agent", flush=True)
+        try:
+            job.nodes[node] = run_launcher(
+                script, args, setup=setup, nproc=nproc, timeout_s=timeout_s,
+                name=f"{name}/node{node}", rendezvous=rendezvous[node],
+                torchrun_args=torchrun_args, env=env, check=False, echo=False,
+                on_line=lambda rank, text: line(node, rank, text), stop=stop,
+            )  # fmt: skip
+            if not job.nodes[node].ok:
+                stop.set()  # a node failed: its partners would wait for it forever
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            job.errors[node] = e
+            if isinstance(e, LauncherFailed):
+                job.nodes[node] = e.result
+            stop.set()
+
+    for i in range(n_nodes):  # the nodes without a trigger start at once
+        if not start_when[i]:
+            started[i].set()
+    start = time.monotonic()
+    threads = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(n_nodes)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)
+    finally:  # an interrupt (the stop button) stops every node and waits for them
+        stop.set()
+        for t in threads:
+            t.join()
+        job.seconds = time.monotonic() - start
+
+    timeouts = [e for e in job.errors if isinstance(e, LauncherTimeout)]
+    if timeouts:
+        raise LauncherTimeout(f"{name}: " + str(timeouts[0]), timeouts[0].result)
+    other = [e for e in job.errors if e is not None and not isinstance(e, LauncherFailed)]
+    if other:
+        raise other[0]
+    if check and not job.ok:
+        failed = [i for i, n in enumerate(job.nodes) if n is None or not n.ok]
+        first = job.nodes[failed[0]]
+        cause = first.root_cause() if first is not None else "it never started"
+        raise LauncherFailed(f"{name} failed on node(s) {failed}. node{failed[0]}: {cause}",
+                             first)
+    return job

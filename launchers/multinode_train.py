@@ -1,0 +1,119 @@
+"""DDP training that survives beyond one machine: any number of nodes, restarts, resume.
+
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
+        --rdzv-endpoint HEAD_NODE:29400 --rdzv-id job42 launchers/multinode_train.py
+
+What it adds to a single-node DDP script:
+- every rank prints who it is: RANK, LOCAL_RANK, GROUP_RANK (its node), WORLD_SIZE;
+- a checkpoint every --save-every steps, written by rank 0 to a temporary file and
+  renamed over the last one (a crash mid-write never leaves a torn checkpoint);
+- on start it resumes from that checkpoint if there is one: after torchrun restarts a
+  failed group (--max-restarts), training continues where the checkpoint left it;
+- the batch of step s is the same whatever the world size: a global batch drawn from
+  seed s and split between the ranks, so a resumed run replays the same data.
+"""
+
+import argparse
+import json
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def global_batch(step, size):
+    """The whole job's batch for `step`: identical on every rank, every attempt."""
+    g = torch.Generator().manual_seed(10_000 + step)
+    x = torch.randn(size, 20, generator=g)
+    true_weights = torch.randn(20, 1, generator=torch.Generator().manual_seed(42))
+    return x, x @ true_weights + 0.1 * torch.randn(size, 1, generator=g)
+
+
+def save_checkpoint(path, model, optimizer, step):
+    tmp = f"{path}.tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "step": step}, tmp)
+    os.replace(tmp, path)  # atomic: readers see the old checkpoint or the new one
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--global-batch", type=int, default=96, help="split over all ranks")
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--save-every", type=int, default=5, help="checkpoint every N steps")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="pretend work per step")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="metrics.json, final.pt, checkpoint.pt")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count() \
+            else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    identity = {name: os.environ[name] for name in
+                ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+    identity.update(host=socket.gethostname(), pid=os.getpid(), restart=restart)
+    print("identity", *(f"{k}={v}" for k, v in identity.items()), flush=True)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    os.makedirs(args.out, exist_ok=True)
+    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+    start_step = 0
+    if os.path.exists(ckpt_path):  # every rank loads it (a shared filesystem across nodes)
+        ckpt = torch.load(ckpt_path, map_location=device)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_step = ckpt["step"]
+        if rank == 0:
+            print(f"resumed from checkpoint at step {start_step} (restart {restart})", flush=True)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    if args.global_batch % world_size:
+        raise SystemExit(f"--global-batch {args.global_batch} must divide by {world_size} ranks")
+    per_rank = args.global_batch // world_size
+    losses = []
+    for step in range(start_step, args.steps):
+        x, y = global_batch(step, args.global_batch)
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)  # this rank's share of the batch
+        loss = nn.functional.mse_loss(ddp_model(x[mine].to(device)), y[mine].to(device))
+        optimizer.zero_grad()
+        loss.backward()  # averaged over ranks: the same update as the whole global batch
+        optimizer.step()
+        losses.append(loss.item())
+        time.sleep(args.step_seconds)
+        done = step + 1
+        if rank == 0:
+            print(f"step {done:3d}/{args.steps}  loss {loss.item():.4f}  world {world_size}",
+                  flush=True)
+            if done % args.save_every == 0 or done == args.steps:
+                save_checkpoint(ckpt_path, model, optimizer, done)
+        dist.barrier()  # nobody runs ahead of the checkpoint it may have to resume from
+
+    gathered = [None] * world_size
+    dist.gather_object(identity, gathered if rank == 0 else None)
+    if rank == 0:
+        torch.save(model.state_dict(), os.path.join(args.out, "final.pt"))
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "restart_count": restart, "resumed_from_step": start_step,
+                       "steps": args.steps, "losses_this_attempt": losses}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""environment.yml stays in step with requirements.txt, the one source of truth."""
+
+import re
+
+import yaml
+from conftest import ROOT
+from test_docker import pins
+
+PATH = ROOT / "environment.yml"
+
+
+def test_environment_yml_in_step_with_requirements():
+    env = yaml.safe_load(PATH.read_text())
+    deps = env["dependencies"]
+    pip_part = next(d["pip"] for d in deps if isinstance(d, dict))
+    assert "-r requirements.txt" in pip_part, "the pip part installs requirements.txt"
+    conda = [d for d in deps if isinstance(d, str)]
+    assert "python=3.11" in conda  # what the course is tested with
+    # any package conda installs must not contradict a requirements.txt pin
+    pinned = {k.lower(): v for k, v in pins("requirements.txt").items()}
+    for dep in conda:
+        name, _, version = dep.partition("=")
+        if name.lower() in pinned and version:
+            assert version.split("=")[0] == pinned[name.lower()], dep
+    assert "conda-forge" in env["channels"]
+    # the conda-forge CUDA route is noted, with the torch version of the pin
+    noted = re.search(r"`pytorch=([\d.]+)=\*cuda\*`", PATH.read_text())
+    assert noted and noted.group(1) == pinned["torch"]

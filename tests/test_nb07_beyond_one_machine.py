@@ -1,0 +1,71 @@
+"""Notebook 07: two nodes, rendezvous failures, kill + restart + resume, elastic, Slurm, k8s."""
+
+import socket
+
+import pytest
+from conftest import BEHAVE, execute_notebook, processes_with
+
+import coursekit
+
+
+def test_beyond_one_machine(tmp_path):
+    results = execute_notebook("07", tmp_path)
+    # two nodes (one rank each in SMOKE) form one job
+    assert results["nodes"] == 2
+    assert results["two_node_world_size"] == 2 * results["ranks_per_node"]
+    assert results["two_node_ok"] is True
+    # the failures end, bounded, with the right errors
+    assert results["missing_node_error"].endswith("RendezvousTimeoutError")
+    assert results["bad_address_error"].startswith(
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError")
+    # a real worker got SIGKILL, the group restarted and resumed from a checkpoint
+    assert results["killed_pid"] > 0
+    assert results["restart_count"] >= 1
+    assert 0 < results["resumed_from_step"] <= results["kill_after_step"] + 5
+    assert results["params_equal_after_restart"] is True
+    assert results["max_param_diff_after_restart"] == 0.0
+    # elastic: the job grew from one node to two (or says honestly that it did not)
+    sizes = results["elastic_world_sizes"].split(" -> ")
+    assert sizes[0] == str(results["ranks_per_node"])
+    assert results["elastic_joined"] is (sizes == ["1", "2"])
+    # Slurm ran and completed, or the notebook says why not
+    state = results["slurm_job_state"]
+    assert state == "COMPLETED" or state.startswith("not run: "), state
+    if state == "COMPLETED":
+        assert results["slurm_world_size"] == 2 * results["ranks_per_node"]
+    assert results["manifests_validated"] == 3
+    assert results["manifest_typo_rejected"] is True
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_run_nodes_stops_every_node_at_the_timeout(setup, token):
+    """A node waiting for a partner that never starts: bounded, and nothing survives."""
+    rdzv = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}",
+            f"--rdzv-id={token}"]
+    with pytest.raises(coursekit.LauncherTimeout):
+        coursekit.run_nodes(BEHAVE, ["--mode", "hang", "--token", token], setup=setup, nproc=1,
+                            rendezvous=[rdzv, rdzv], start_when=[None, "never printed"],
+                            timeout_s=6, echo=False, name="nodes_timeout")
+    assert processes_with(token) == []
+
+
+def test_run_nodes_stops_the_partner_of_a_failed_node(setup, token):
+    """Node 1 fails at once (a bad rendezvous argument); node 0 is stopped, not left waiting."""
+    port = _free_port()
+    good = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id={token}"]
+    bad = ["--nnodes=2", "--rdzv-backend=no-such-backend", f"--rdzv-endpoint=127.0.0.1:{port}",
+           f"--rdzv-id={token}"]
+    job = coursekit.run_nodes(BEHAVE, ["--mode", "hang", "--token", token], setup=setup,
+                              nproc=1, rendezvous=[good, bad], timeout_s=50, check=False,
+                              echo=False, name="nodes_partner")
+    assert not job.ok and job.seconds < 40
+    assert job.nodes[1].returncode not in (0, None)
+    assert processes_with(token) == []
+    with pytest.raises(ValueError, match="start_when has 1 entries for 2 nodes"):
+        coursekit.run_nodes(BEHAVE, [], setup=setup, rendezvous=[good, good], start_when=[None])
