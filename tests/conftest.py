@@ -84,7 +84,7 @@ def token():
 @pytest.fixture
 def setup(tmp_path):
     return coursekit.configure(
-        DEVICE="cpu", RESULTS_DIR=tmp_path / "results", TIMEOUT_S=60, quiet=True
+        DEVICE="cpu", RESULTS_DIR=tmp_path / "results", TIMEOUT_S=180, quiet=True
     )
 
 
