@@ -11,7 +11,8 @@ Options (the defaults train in well under a minute on 2 CPU cores; scale up for 
   --train-size N --test-size N --noise X       data size and difficulty
   --norm batch|layer    BatchNorm (learns fast here), or LayerNorm (no batch statistics)
   --epochs E --batch-size B (per rank) --lr LR --warmup STEPS   AdamW, warmup then cosine
-  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json
+  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json and DIR/model.pt (the final
+                        weights)
 """
 
 import argparse
@@ -57,7 +58,9 @@ class Net(nn.Module):
 
         def block(c_in, c_out):
             norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
-            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), norm_layer, nn.ReLU())
+            # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
+            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
+            return nn.Sequential(conv, norm_layer, nn.ReLU())
 
         self.features = nn.Sequential(
             block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
@@ -169,6 +172,8 @@ def main():
                   f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
         tick = time.perf_counter()  # evaluation time is not step time
 
+    if rank == 0:
+        torch.save(model.state_dict(), os.path.join(args.out, "model.pt"))  # the final weights
     checksum = sum(p.double().sum().item() for p in model.parameters())
     gathered = [None] * world_size
     mine = {"checksum": checksum, "samples_seen": seen}

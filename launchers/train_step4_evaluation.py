@@ -64,7 +64,9 @@ class Net(nn.Module):
 
         def block(c_in, c_out):
             norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
-            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), norm_layer, nn.ReLU())
+            # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
+            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
+            return nn.Sequential(conv, norm_layer, nn.ReLU())
 
         self.features = nn.Sequential(
             block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),

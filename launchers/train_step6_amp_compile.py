@@ -13,6 +13,8 @@ Options (the defaults train in well under a minute on 2 CPU cores; scale up for 
   --epochs E --batch-size B (per rank) --lr LR --warmup STEPS   AdamW, warmup then cosine
   --accum-steps K       K micro-batches per optimizer step; all-reduce only on the last (no_sync)
   --sync-every-micro-step   accumulate the naive way (all-reduce every micro-batch), to compare
+  --optimizer adamw|sgd AdamW, or SGD with momentum (its steps are proportional to the
+                        gradients: what exact comparisons of two runs need)
   --checkpoint-every N  save OUT/checkpoint.pt every N optimizer steps (rank 0, atomically)
   --resume PATH         continue from a checkpoint if PATH exists, else start fresh
                         (resume with the same number of ranks and batch size)
@@ -72,7 +74,9 @@ class Net(nn.Module):
 
         def block(c_in, c_out):
             norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
-            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), norm_layer, nn.ReLU())
+            # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
+            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
+            return nn.Sequential(conv, norm_layer, nn.ReLU())
 
         self.features = nn.Sequential(
             block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
@@ -134,6 +138,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
     parser.add_argument("--accum-steps", type=int, default=1)
     parser.add_argument("--sync-every-micro-step", action="store_true")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
     parser.add_argument("--resume", default=None, help="checkpoint to continue from, if it exists")
     parser.add_argument("--fail-at-step", type=int, default=-1)
@@ -164,7 +169,10 @@ def main():
     train_model = ddp_model
     if args.compile:  # compile the DDP-wrapped model: Dynamo splits its graphs at the buckets
         train_model = torch.compile(ddp_model, backend=args.compile_backend)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     scaler = torch.amp.GradScaler(device.type, enabled=args.amp == "fp16")
 

@@ -25,12 +25,14 @@ def test_training_loop_notebook(nproc, tmp_path):
     # a crash after a checkpoint, then a resume: the same final parameters
     assert r["checkpoint_crashed_exit_code"] != 0 and r["resumed_from_step"] > 0
     assert r["resume_matches"] is True and r["resume_max_param_diff"] <= 1e-5
+    if nproc <= 2:  # 3 ranks: the bucket rebuild can reorder gloo's sum (see the notebook)
+        assert r["resume_bitwise"] is True
     # the all-reduced evaluation is the single-process evaluation
     assert r["eval_equal"] is True and r["eval_distributed_acc"] == r["eval_single_process_acc"]
     # no_sync: K times fewer all-reduces than syncing every micro-batch, same parameters
     assert r["allreduces_no_sync"] == r["allreduces_large_batch"]
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
-    assert r["accum_max_param_diff"] < 1e-5
+    assert r["accum_max_param_diff"] <= 1e-5  # SGD: rounding stays rounding-sized (fp32 atol)
     assert min(r["step_ms_fp32"], r["step_ms_bf16"], r["step_ms_compile"]) > 0
     # the compile pitfall: DDP(nn.Sequential) compiles nothing, DDP(Net) compiles
     assert r["compiled_graphs_sequential"] == 0 and r["compiled_graphs_net"] >= 1
