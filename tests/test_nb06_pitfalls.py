@@ -56,5 +56,6 @@ def test_the_learners_launcher_hangs_and_is_stopped(setup, tmp_path):
     run = coursekit.run_launcher(ROOT / "launchers" / "pitfalls_exercise.py",
                                  ["--pg-timeout", 3, "--epochs", 1, "--train-size", 128],
                                  setup=setup, nproc=2, check=False, echo=False, timeout_s=90)
-    assert not run.ok and "Timed out waiting 3000ms" in run.output
+    timed_out = ("Timed out waiting", "Application timeout caused pair closure")  # gloo's words
+    assert not run.ok and any(text in run.output for text in timed_out)
     assert processes_with(str(tmp_path)) == []
