@@ -26,9 +26,22 @@ QUICK_ARGS = {
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],
+    # notebook 06's fixed launchers (their defaults are already small)
+    "pitfall_hang_fixed.py": ["--steps", "4", "--checkpoint-every", "2"],
+    "pitfall_desync_fixed.py": ["--steps", "4", "--bad-step", "1"],
+    "pitfall_unused_fixed.py": ["--steps", "4"],
+    "pitfall_uneven_fixed.py": ["--batches", "2"],
+    "batchnorm_stats.py": ["--global-batch", "24"],
+    "sampler_forgot_set_epoch.py": ["--size", "11"],
+    "sampler_fixed.py": ["--size", "11"],
+    "print_ranks.py": ["--lines", "5"],
 }
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
-BROKEN_ON_PURPOSE: set[str] = set()
+BROKEN_ON_PURPOSE: set[str] = {
+    "pitfall_hang.py", "pitfall_desync.py", "collective_mismatch.py", "pitfall_unused.py",
+    "pitfall_uneven.py",
+    "pitfalls_exercise.py",  # the exercise: two planted bugs for the learner to fix
+}
 
 
 def writefile_cells() -> dict[Path, tuple[str, str]]:

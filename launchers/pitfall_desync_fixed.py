@@ -1,0 +1,85 @@
+"""Pitfall 2, the silent desync, fixed: the ranks agree on skipping a bad batch.
+
+    torchrun --nproc-per-node 2 launchers/pitfall_desync_fixed.py --bad-step 2
+
+At `--bad-step` the last rank's batch is corrupted (a NaN), its loss is not finite, and it
+asks the others before skipping: one all-reduce of a 0/1 flag (MAX) per step, and either
+every rank skips the step or none does. The steps stay in phase, the checksums equal.
+Every rank prints its parameter checksum after each step: compare them across ranks.
+"""
+
+import argparse
+import faulthandler
+import json
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from train_step1_data import Net, make_dataset
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=16, help="per rank")
+    parser.add_argument("--bad-step", type=int, default=2, help="the last rank gets a NaN here")
+    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(0)
+    model = Net(norm="layer").to(device)  # no BatchNorm: no buffers for DDP to broadcast
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
+
+    for step in range(args.steps):
+        if args.watchdog:  # re-armed every step: fires only if this step takes too long
+            faulthandler.dump_traceback_later(args.watchdog, exit=False)
+        first = (step * world_size + rank) * args.batch_size
+        x = x_all[first : first + args.batch_size].clone()
+        y = y_all[first : first + args.batch_size]
+        if step == args.bad_step and rank == world_size - 1:
+            x[0, 0, 0, 0] = float("nan")  # a corrupt sample, on one rank only
+        loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
+        bad = torch.tensor([0.0 if torch.isfinite(loss) else 1.0], device=device)
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # FIX: one decision, taken by all ranks
+        if bad.item():
+            print(f"step {step}  a rank has a bad batch: every rank skips it", flush=True)
+            continue
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # a collective: every rank must get here, every step
+        optimizer.step()
+        checksum = sum(p.double().sum().item() for p in model.parameters())
+        print(f"step {step}  loss {loss.item():.4f}  checksum {checksum:.10f}", flush=True)
+    faulthandler.cancel_dump_traceback_later()
+
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    gathered = [None] * world_size
+    dist.gather_object({"checksum": checksum}, gathered if rank == 0 else None)
+    if rank == 0:
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "steps": args.steps}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Pitfall 1, the hang, fixed: every rank reaches the checkpoint barrier.
+
+    torchrun --nproc-per-node 2 launchers/pitfall_hang_fixed.py
+
+Notebook 04's model and data (imported from train_step1_data.py). Rank 0 saves a checkpoint
+every few steps; then EVERY rank waits at the barrier (outside the `if`), so no rank
+reads or overwrites the checkpoint before it is complete.
+`--pg-timeout` bounds every collective (the default is 10 minutes); `--watchdog S` makes
+each rank print where it is (faulthandler) when a step takes longer than S seconds.
+"""
+
+import argparse
+import faulthandler
+import json
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from train_step1_data import Net, make_dataset
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=16, help="per rank")
+    parser.add_argument("--checkpoint-every", type=int, default=3)
+    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(0)
+    model = Net().to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
+
+    for step in range(args.steps):
+        if args.watchdog:  # re-armed every step: fires only if this step takes too long
+            faulthandler.dump_traceback_later(args.watchdog, exit=False)
+        first = (step * world_size + rank) * args.batch_size
+        x, y = x_all[first : first + args.batch_size], y_all[first : first + args.batch_size]
+        loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # a collective: every rank must get here, every step
+        optimizer.step()
+        if rank == 0:
+            print(f"step {step}  loss {loss.item():.4f}", flush=True)
+        if (step + 1) % args.checkpoint_every == 0:
+            if rank == 0:
+                torch.save(model.state_dict(), os.path.join(args.out, "checkpoint.pt"))
+            dist.barrier()  # FIX: every rank makes the same collective calls, in the same order
+    faulthandler.cancel_dump_traceback_later()
+
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    gathered = [None] * world_size
+    dist.gather_object({"checksum": checksum}, gathered if rank == 0 else None)
+    if rank == 0:
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "steps": args.steps}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

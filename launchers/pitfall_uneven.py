@@ -1,0 +1,78 @@
+"""Pitfall 6, uneven inputs (BROKEN ON PURPOSE): ranks with different numbers of batches.
+
+    torchrun --nproc-per-node 2 launchers/pitfall_uneven.py --pg-timeout 5
+
+Each rank reads its own shard, and the shards differ in length: rank r has
+`--batches + r` batches (think: one file per rank, no DistributedSampler to even them
+out). The rank with the fewest batches leaves the loop first; the others' next backward
+waits for a gradient that never comes, until the process-group timeout.
+"""
+
+import argparse
+import faulthandler
+import json
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from train_step1_data import Net, make_dataset
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", type=int, default=4, help="rank r gets this + r batches")
+    parser.add_argument("--batch-size", type=int, default=16, help="per rank")
+    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(0)
+    model = Net().to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    n_batches = args.batches + rank  # the shards are uneven
+    x_all, y_all = make_dataset(n_batches * args.batch_size, seed=100 + rank)
+
+    steps = 0
+    for step in range(n_batches):  # BUG: the ranks run different numbers of steps
+        if args.watchdog:  # re-armed every step: fires only if this step takes too long
+            faulthandler.dump_traceback_later(args.watchdog, exit=False)
+        first = step * args.batch_size
+        x, y = x_all[first : first + args.batch_size], y_all[first : first + args.batch_size]
+        loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # a collective: every rank must get here, every step
+        optimizer.step()
+        steps += 1
+    print(f"finished my {steps} batches", flush=True)
+
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    gathered = [None] * world_size
+    dist.gather_object({"checksum": checksum, "batches": steps}, gathered if rank == 0 else None)
+    if rank == 0:
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "steps": max(r["batches"] for r in gathered)}, f)
+    faulthandler.cancel_dump_traceback_later()  # armed until here: the final gather included
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

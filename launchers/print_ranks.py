@@ -1,0 +1,42 @@
+"""Pitfall 7, printing: every rank prints; where do the lines end up?
+
+    torchrun --nproc-per-node 2 launchers/print_ranks.py
+
+Each rank prints --lines lines. `print(a, b, c)` writes its pieces one after the other,
+so when all ranks share one output pipe (plain torchrun) the pieces of different ranks
+interleave inside a line. The fixes are torchrun's own options: `--tee 3 --log-dir DIR`
+(one log file per rank, lines prefixed with their rank), `--local-ranks-filter 0` (only rank
+0 on the console), or logging from rank 0 only.
+"""
+
+import argparse
+import json
+import os
+
+import torch.distributed as dist
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=40)
+    parser.add_argument("--device", default="cpu", help="printing needs no device")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    os.makedirs(args.out, exist_ok=True)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    dist.barrier()  # start together, to make the interleaving likely
+    for i in range(args.lines):
+        print("rank", rank, "line", i, "of", args.lines)  # several writes per line
+    dist.barrier()
+    if rank == 0:
+        print(f"rank 0 alone: {world_size} ranks printed {args.lines} lines each")
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": "gloo",
+                       "ranks": [{"lines": args.lines}] * world_size}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

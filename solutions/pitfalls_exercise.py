@@ -1,0 +1,93 @@
+"""Reference solution of notebook 06's exercise: both planted bugs fixed.
+
+    torchrun --nproc-per-node 2 solutions/pitfalls_exercise.py --pg-timeout 10
+
+It trains notebook 04's CNN for a few epochs with a DistributedSampler, and after every
+epoch each rank scores its share of the test set and the shares are summed. Symptoms:
+one of the bugs makes the run hang (bounded here by --pg-timeout); the other raises
+nothing at all. The automatic check in the notebook runs it and says what is still wrong.
+"""
+
+import argparse
+import json
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from train_step1_data import Net, make_dataset
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--train-size", type=int, default=256)
+    parser.add_argument("--test-size", type=int, default=101)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(0)
+    model = Net().to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    train_x, train_y = make_dataset(args.train_size, seed=1)
+    test_x, test_y = make_dataset(args.test_size, seed=2)
+    train_set = TensorDataset(torch.arange(args.train_size), train_x, train_y)
+    sampler = DistributedSampler(train_set, shuffle=True, seed=0)
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+
+    first_batches, evals = [], []
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # fix 1: a new order every epoch (else every epoch is epoch 0)
+        for i, (index, x, y) in enumerate(loader):
+            if i == 0:
+                first_batches.append(index.tolist())  # which samples this rank saw first
+            loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        # evaluation: each rank scores every world_size-th test sample, then the sums add up
+        model.eval()
+        with torch.no_grad():
+            xs, ys = test_x[rank::world_size].to(device), test_y[rank::world_size].to(device)
+            correct = (model(xs).argmax(1) == ys).sum()
+            totals = torch.tensor([correct.item(), len(ys)], dtype=torch.float64, device=device)
+        model.train()
+        dist.all_reduce(totals)  # fix 2: EVERY rank joins the collective, not only rank 0
+        if rank == 0:
+            print(f"epoch {epoch}  loss {loss.item():.4f}  test accuracy "
+                  f"{totals[0].item() / totals[1].item():.3f} over {int(totals[1].item())} samples",
+                  flush=True)
+        evals.append({"correct": totals[0].item(), "count": totals[1].item()})
+
+    gathered = [None] * world_size
+    mine = {"first_batches": first_batches, "evals": evals}
+    dist.gather_object(mine, gathered if rank == 0 else None)
+    if rank == 0:
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "test_size": args.test_size, "epochs": args.epochs}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Notebook 06: every pitfall reproduced (its error text matched), every fix green, the
+exercise's check accepting the reference and rejecting a wrong answer, no process left."""
+
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, execute_notebook, processes_with
+
+import coursekit
+
+WRONG_SOLUTIONS = Path(__file__).parent / "solutions_wrong"
+PITFALLS = ["hang", "desync", "unused", "batchnorm", "set_epoch", "uneven_size", "uneven_inputs"]
+
+
+def assert_every_pitfall(r):
+    for name in PITFALLS:
+        assert r[f"{name}_reproduced"] is True, name
+        assert r[f"{name}_fixed"] is True, name
+    assert r["mismatch_detail_reproduced"] is True and r["monitored_barrier_reproduced"] is True
+    assert r["printing_fixed"] is True and r["printing_console_ranks"] == 1
+    assert r["printing_log_files"] >= 2 * r["nproc"]  # stdout and stderr of every rank
+    # the faulthandler dumps located every rank of the hang
+    assert r["hang_ranks_located"] == r["nproc"]
+    # the desync shows right after the skipped batch, not at its end
+    assert r["desync_first_divergent_step"] >= 0
+    # a failure bounded by the process-group timeout surfaces in more than that timeout,
+    # and well before the runner's own limit would have killed it (it was not killed)
+    for name in ("hang", "desync", "uneven_inputs"):
+        assert r[f"{name}_seconds"] > r["pg_timeout_s"]
+    assert r["batchnorm_local_mean_diff"] > 100 * r["batchnorm_synced_mean_diff"]
+    assert r["padded_evaluation_count"] > 11
+    assert r["batchnorm_syncbn"] == "ran" or "GPU" in r["batchnorm_syncbn"]
+    assert r["mismatch_plain_named_it"] is False  # without DETAIL nothing names the shapes
+
+
+@pytest.mark.slow
+def test_reference_solution_two_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it
+    r = execute_notebook("06", tmp_path, NPROC=2)
+    assert_every_pitfall(r)
+    assert r["exercise_passed"] is True
+    assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
+
+
+@pytest.mark.slow
+def test_wrong_solution_three_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
+    r = execute_notebook("06", tmp_path, NPROC=3)
+    assert_every_pitfall(r)
+    assert r["exercise_passed"] is False
+    assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
+
+
+def test_the_learners_launcher_hangs_and_is_stopped(setup, tmp_path):
+    """As shipped, the exercise hangs in a collective: the process-group timeout ends it."""
+    run = coursekit.run_launcher(ROOT / "launchers" / "pitfalls_exercise.py",
+                                 ["--pg-timeout", 3, "--epochs", 1, "--train-size", 128],
+                                 setup=setup, nproc=2, check=False, echo=False, timeout_s=90)
+    timed_out = ("Timed out waiting", "Application timeout caused pair closure")  # gloo's words
+    assert not run.ok and any(text in run.output for text in timed_out)
+    assert processes_with(str(tmp_path)) == []
