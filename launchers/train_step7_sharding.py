@@ -14,7 +14,7 @@ state, counted tensor by tensor (the local shards under FSDP), and its process's
 memory (peak RSS on CPU, which is mostly the interpreter and torch itself; on GPUs
 torch.cuda.max_memory_allocated, the tensors only).
 
-Options: as step 6 (--width --image-size --classes --train-size --test-size --noise --norm
+Options: as step 6 (--width --image-size --classes --train-size --noise --norm
 --epochs --batch-size --lr --warmup), plus
   --depth D          D extra conv blocks of width 2W: a deeper model, many equal tensors
   --strategy ddp|zero|fsdp
@@ -26,6 +26,7 @@ Options: as step 6 (--width --image-size --classes --train-size --test-size --no
 """
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -159,7 +160,7 @@ def main():
     parser.add_argument("--classes", type=int, default=8)
     parser.add_argument("--train-size", type=int, default=4096)
     parser.add_argument("--noise", type=float, default=0.3)
-    parser.add_argument("--norm", choices=["batch", "layer"], default="layer")
+    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=1e-2)
@@ -193,7 +194,8 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
     train_x, train_y = make_dataset(args.train_size, seed=1, **size)
-    saved_bytes = activation_bytes(model, train_x[: args.batch_size].to(device))  # not wrapped yet
+    # measured on a copy, before wrapping: its forward updates BatchNorm's running statistics
+    saved_bytes = activation_bytes(copy.deepcopy(model), train_x[: args.batch_size].to(device))
     train_model, optimizer = wrap(model, args.strategy, device, args.lr)
 
     train_set = TensorDataset(train_x, train_y)
@@ -231,6 +233,8 @@ def main():
     if args.strategy == "ddp" or rank == 0:  # ZeRO/FSDP: rank 0's view, DDP: every rank's
         print(f"rank {rank}: parameters {held['param_bytes']} B, gradients {grad_bytes} B, "
               f"optimizer state {held['optimizer_bytes']} B", flush=True)
+    for buffer in model.buffers():  # BatchNorm running stats: each rank updated its own copy;
+        dist.broadcast(buffer, src=0)  # keep rank 0's everywhere (as notebook 04 evaluates)
     params = full_state(model)  # every rank takes part in the all-gathers
     probe_x = make_dataset(16, seed=3, **size)[0].to(device)
     with torch.no_grad():
