@@ -237,6 +237,7 @@ def main():
         dist.broadcast(buffer, src=0)  # keep rank 0's everywhere (as notebook 04 evaluates)
     params = full_state(model)  # every rank takes part in the all-gathers
     probe_x = make_dataset(16, seed=3, **size)[0].to(device)
+    train_model.eval()  # BatchNorm: use the running statistics, as a deployed model does
     with torch.no_grad():
         probe_out = train_model(probe_x).cpu()
 
@@ -253,6 +254,7 @@ def main():
         dcp.load(state, checkpoint_id=args.dcp)  # each rank reads the shards it owns
         set_state_dict(inner, fresh_optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
+        fresh.eval()
         with torch.no_grad():
             reload_diff = (fresh(probe_x).cpu() - probe_out).abs().max().item()
 
