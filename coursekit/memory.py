@@ -169,3 +169,111 @@ def ddp_memory(
         fixed + c * (x + label_bytes_per_sample + activation_bytes_per_sample + 3 * o)
         for c in per_rank
     ]
+
+
+# ---------------------------------------------------------------------------------------
+# Notebook 08: sharding the state (ZeRO stage 1, FSDP) - the same bytes, divided differently.
+
+STRATEGIES = ("ddp", "zero", "fsdp")
+STATE_KINDS = ("parameters", "gradients", "optimizer", "activations")
+
+
+def sharded_memory(
+    params: float,
+    devices: int,
+    strategy: str,
+    *,
+    dtype: str = "float32",
+    optimizer: str = "adam",
+    activation_bytes: float = 0,
+    unit_params: float = 0,
+) -> dict[str, float]:
+    """Bytes one rank holds at the peak of a training step, by kind (see ``STATE_KINDS``).
+
+    ``ddp``: everything whole on every rank (gradients in DDP's buckets:
+    ``gradient_as_bucket_view=True``). ``zero`` (ZeroRedundancyOptimizer, ZeRO stage 1): the
+    optimizer state divided by ``devices``. ``fsdp`` (FSDP2 ``fully_shard``): parameters,
+    gradients and optimizer state divided, plus the one unit that is gathered whole while it
+    computes (``unit_params`` parameters and, in backward, their gradients).
+    ``activation_bytes``: what autograd saves for this rank's share of the batch.
+    """
+    b, weights, state = _sizes(params, dtype, optimizer)
+    _check("devices", devices, 1)
+    _check("activation_bytes", activation_bytes)
+    _check("unit_params", unit_params)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if strategy == "ddp":
+        held = (weights, weights, state)
+    elif strategy == "zero":
+        held = (weights, weights, state / devices)
+    else:
+        unit = unit_params * b if devices > 1 else 0  # one rank: nothing to gather
+        held = (weights / devices + unit, weights / devices + unit, state / devices)
+    return dict(zip(STATE_KINDS, (*held, activation_bytes), strict=True))
+
+
+def max_params_that_fit(
+    gpu_bytes: float,
+    devices: int,
+    strategy: str,
+    *,
+    dtype: str = "float32",
+    optimizer: str = "adam",
+    activation_bytes: float = 0,
+    unit_fraction: float = 0,
+) -> float:
+    """The largest parameter count whose state fits in ``gpu_bytes`` per rank (0 if none).
+
+    Per-rank bytes grow linearly with the parameter count (``unit_fraction``: the share of
+    the parameters in FSDP's largest unit), so the limit is where the line meets the GPU.
+    """
+    _check("gpu_bytes", gpu_bytes)
+    _check("unit_fraction", unit_fraction)
+    if unit_fraction > 1:
+        raise ValueError(f"unit_fraction={unit_fraction!r}: use a share between 0 and 1")
+    per_param = sum(sharded_memory(1, devices, strategy, dtype=dtype, optimizer=optimizer,
+                                   unit_params=unit_fraction).values())  # fmt: skip
+    _check("activation_bytes", activation_bytes)
+    return max(0.0, (gpu_bytes - activation_bytes) / per_param)
+
+
+def comm_per_step(params: float, devices: int, strategy: str, *, dtype: str = "float32",
+                  units: int = 1) -> dict[str, tuple[float, int]]:
+    """Bytes each rank sends per training step, by collective: ``{name: (bytes, calls)}``.
+
+    Ring formulas, for P bytes of parameters over N ranks: an all-reduce sends
+    2 (N-1)/N P per rank; a reduce-scatter or an all-gather (N-1)/N P, half of that.
+    ``zero`` adds the broadcast of each updated shard (an all-gather's worth); ``fsdp``
+    gathers each of its ``units`` before forward and again before backward, and
+    reduce-scatters the gradients. With one rank nothing is sent.
+    """
+    b, weights, _ = _sizes(params, dtype, "sgd")
+    _check("devices", devices, 1)
+    _check("units", units, 1)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
+    share = (devices - 1) / devices * weights
+    if strategy == "ddp":
+        return {"all-reduce gradients": (2 * share, 1)}
+    if strategy == "zero":
+        return {"all-reduce gradients": (2 * share, 1), "broadcast parameters": (share, devices)}
+    return {"all-gather parameters (forward)": (share, units),
+            "all-gather parameters (backward)": (share, units),
+            "reduce-scatter gradients": (share, units)}
+
+
+def comm_seconds(comm: dict[str, tuple[float, int]], alpha: float, beta: float,
+                 devices: int) -> float:
+    """Notebook 02's alpha-beta model: an all-reduce of n bytes takes alpha + n / beta.
+
+    Such a call sends 2 (N-1)/N n bytes per rank, so a rank sends at beta * 2 (N-1)/N bytes
+    per second; each call also pays alpha. ``comm``: what :func:`comm_per_step` returns.
+    """
+    _check("alpha", alpha)
+    _check("beta", beta, 1e-12)
+    _check("devices", devices, 1)
+    if devices == 1:
+        return 0.0
+    rate = beta * 2 * (devices - 1) / devices
+    return sum(calls * alpha + sent / rate for sent, calls in comm.values())

@@ -23,6 +23,7 @@ QUICK_ARGS = {
     **{f"train_step{i}_{name}.py": TRAIN_QUICK for i, name in enumerate(
         ["data", "logging", "checkpoints", "evaluation", "accumulation", "amp_compile"], start=1)},
     "multinode_train.py": ["--steps", "3"],
+    "train_step7_sharding.py": ["--train-size", "192", "--epochs", "1", "--strategy", "fsdp"],
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],

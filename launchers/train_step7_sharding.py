@@ -1,0 +1,277 @@
+"""Beyond DDP (notebook 08): the same training, with the state sharded across ranks.
+
+    torchrun --nproc-per-node 2 launchers/train_step7_sharding.py --strategy fsdp
+
+Notebook 04's training script (step 6), kept to its core (no accumulation, AMP, compile,
+TensorBoard or resume, to keep the diff readable), with one new choice, --strategy:
+  ddp    every rank holds all parameters, gradients and optimizer state (AdamW: 2 moments)
+  zero   DDP + ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share
+         of the parameters, steps them, and broadcasts them to the others (ZeRO stage 1)
+  fsdp   FSDP2, fully_shard: parameters, gradients and optimizer state are all sharded;
+         each block's parameters are all-gathered just before they are used
+Each rank reports what it holds: the bytes of its parameters, gradients and optimizer
+state, counted tensor by tensor (the local shards under FSDP), and its process's peak
+memory (peak RSS on CPU, which is mostly the interpreter and torch itself; on GPUs
+torch.cuda.max_memory_allocated, the tensors only).
+
+Options: as step 6 (--width --image-size --classes --train-size --noise --norm
+--epochs --batch-size --lr --warmup), plus
+  --depth D          D extra conv blocks of width 2W: a deeper model, many equal tensors
+  --strategy ddp|zero|fsdp
+  --dcp DIR          save a distributed checkpoint (torch.distributed.checkpoint) to DIR,
+                     load it back into a fresh model of the same strategy, and compare
+                     (ddp or fsdp: DCP cannot save a ZeroRedundancyOptimizer)
+  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json, DIR/params.pt (the full
+                     trained parameters) and DIR/probe.pt (a probe batch and its outputs)
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import resource
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
+    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
+    glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
+    glyphs = glyphs.round() * 2 - 1  # +1/-1 pixels: the same glyphs for every split
+    g = torch.Generator().manual_seed(seed)  # a different seed for each split
+    labels = torch.randint(classes, (n,), generator=g)
+    rows = torch.randint(image_size - 4, (n,), generator=g)
+    cols = torch.randint(image_size - 4, (n,), generator=g)
+    images = noise * torch.randn(n, 1, image_size, image_size, generator=g)
+    for i in range(n):
+        images[i, 0, rows[i] : rows[i] + 5, cols[i] : cols[i] + 5] += glyphs[labels[i]]
+    return images, labels
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """LayerNorm over the channels of each pixel (as in ConvNeXt): no batch statistics."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class Net(nn.Module):
+    """A compact CNN: conv blocks, a global max-pool, a linear classifier; --depth adds blocks."""
+
+    def __init__(self, classes=8, width=16, norm="batch", depth=1):
+        super().__init__()
+
+        def block(c_in, c_out):
+            norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), norm_layer, nn.ReLU())
+
+        self.features = nn.Sequential(
+            block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
+            *[block(2 * width, 2 * width) for _ in range(depth)],
+        )  # fmt: skip
+        self.head = nn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).amax(dim=(2, 3)))
+
+
+def lr_at(step, total_steps, args):
+    """Linear warmup, then cosine decay to zero: a pure function of the step (resume-safe)."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = (step - args.warmup) / max(1, total_steps - args.warmup)
+    return args.lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def wrap(model, strategy, device, lr):
+    """The one place the three strategies differ: how the model and its optimizer are wrapped."""
+    if strategy == "fsdp":  # shard each block, then the rest (the head) at the root
+        for module in model.features:
+            if isinstance(module, nn.Sequential):
+                fully_shard(module)  # one all-gather unit: its parameters gathered together
+        fully_shard(model)
+        return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                    gradient_as_bucket_view=True)  # the gradients live in DDP's buckets
+    if strategy == "zero":  # each rank keeps the AdamW state of its share of the parameters
+        return ddp_model, ZeroRedundancyOptimizer(
+            model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr, weight_decay=0.01)
+    return ddp_model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+
+
+def local_bytes(tensor):
+    """Bytes this rank stores for a tensor: its own shard if it is a sharded DTensor."""
+    return (tensor.to_local() if isinstance(tensor, DTensor) else tensor).nbytes
+
+
+def optimizer_state_bytes(optimizer):
+    """Sum of the optimizer state's tensors on this rank (AdamW: exp_avg, exp_avg_sq, step)."""
+    local = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    return sum(local_bytes(v) for state in local.state.values() for v in state.values()
+               if torch.is_tensor(v))  # fmt: skip
+
+
+def activation_bytes(model, x):
+    """Bytes autograd saves for backward in one forward, parameters left out (deduplicated)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            saved[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum()
+    return sum(saved.values())
+
+
+def full_state(model):
+    """Every parameter whole, on every rank: DTensor shards are all-gathered (a collective)."""
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu().clone()
+            for k, v in model.state_dict().items()}  # fmt: skip
+
+
+def peak_memory(device):
+    """This process's peak: tensors on the GPU, or the whole process (RSS, in bytes) on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--width", type=int, default=16)
+    parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--classes", type=int, default=8)
+    parser.add_argument("--train-size", type=int, default=4096)
+    parser.add_argument("--noise", type=float, default=0.3)
+    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
+    parser.add_argument("--strategy", choices=["ddp", "zero", "fsdp"], default="ddp")
+    parser.add_argument("--dcp", default=None, help="folder for a distributed checkpoint")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+    if args.dcp and args.strategy == "zero":  # its state is per rank, not in DCP's format
+        parser.error("--dcp works with ddp and fsdp; ZeroRedundancyOptimizer saves with "
+                     "consolidate_state_dict(to=0) and torch.save on rank 0")
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    os.makedirs(args.out, exist_ok=True)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    memory_before = peak_memory(device)  # torch imported, process group up, no model yet
+
+    torch.manual_seed(0)  # the same initial weights everywhere, whatever the strategy
+    model = Net(args.classes, args.width, args.norm, args.depth).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
+    train_x, train_y = make_dataset(args.train_size, seed=1, **size)
+    # measured on a copy, before wrapping: its forward updates BatchNorm's running statistics
+    saved_bytes = activation_bytes(copy.deepcopy(model), train_x[: args.batch_size].to(device))
+    train_model, optimizer = wrap(model, args.strategy, device, args.lr)
+
+    train_set = TensorDataset(train_x, train_y)
+    sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    total_steps = args.epochs * len(loader)
+    if rank == 0:
+        print(f"strategy {args.strategy}: {n_params} parameters, {total_steps} steps of "
+              f"{args.batch_size * world_size} samples over {world_size} rank(s); "
+              f"backend {backend}")
+
+    losses, step_times, step = [], [], 0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle every epoch, the same permutation on all ranks
+        for x, y in loader:
+            tick = time.perf_counter()
+            loss = F.cross_entropy(train_model(x.to(device)), y.to(device))
+            loss.backward()  # DDP: all-reduce; FSDP: reduce-scatter (+ all-gathers before)
+            grad_bytes = sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total_steps, args)
+            optimizer.step()  # ZeRO: step my share, then broadcast it to the other ranks
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            step_times.append(time.perf_counter() - tick)
+            if rank == 0:
+                losses.append(loss.item())
+        if rank == 0:
+            print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}", flush=True)
+
+    held = {"rank": rank, "param_bytes": sum(local_bytes(p) for p in model.parameters()),
+            "grad_bytes": grad_bytes, "optimizer_bytes": optimizer_state_bytes(optimizer),
+            "activation_bytes": saved_bytes, "peak_before_model": memory_before,
+            "peak": peak_memory(device)}  # fmt: skip
+    if args.strategy == "ddp" or rank == 0:  # ZeRO/FSDP: rank 0's view, DDP: every rank's
+        print(f"rank {rank}: parameters {held['param_bytes']} B, gradients {grad_bytes} B, "
+              f"optimizer state {held['optimizer_bytes']} B", flush=True)
+    for buffer in model.buffers():  # BatchNorm running stats: each rank updated its own copy;
+        dist.broadcast(buffer, src=0)  # keep rank 0's everywhere (as notebook 04 evaluates)
+    params = full_state(model)  # every rank takes part in the all-gathers
+    probe_x = make_dataset(16, seed=3, **size)[0].to(device)
+    train_model.eval()  # BatchNorm: use the running statistics, as a deployed model does
+    with torch.no_grad():
+        probe_out = train_model(probe_x).cpu()
+
+    reload_diff = None
+    if args.dcp:  # each rank writes its own shards, in parallel; nothing is gathered
+        model_state, optim_state = get_state_dict(model, optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.dcp)
+        torch.manual_seed(1)  # a fresh model with other weights, wrapped the same way
+        fresh, fresh_optimizer = wrap(Net(args.classes, args.width, args.norm, args.depth)
+                                      .to(device), args.strategy, device, args.lr)
+        inner = fresh.module if isinstance(fresh, DDP) else fresh
+        model_state, optim_state = get_state_dict(inner, fresh_optimizer)
+        state = {"model": model_state, "optim": optim_state}
+        dcp.load(state, checkpoint_id=args.dcp)  # each rank reads the shards it owns
+        set_state_dict(inner, fresh_optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        fresh.eval()
+        with torch.no_grad():
+            reload_diff = (fresh(probe_x).cpu() - probe_out).abs().max().item()
+
+    gathered = [None] * world_size
+    dist.gather_object(held, gathered if rank == 0 else None)
+    if rank == 0:
+        torch.save(params, os.path.join(args.out, "params.pt"))
+        torch.save({"x": probe_x.cpu(), "out": probe_out}, os.path.join(args.out, "probe.pt"))
+        timed = sorted(step_times[2:] or step_times)  # the first steps warm up
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
+                       "strategy": args.strategy, "n_params": n_params, "steps": step,
+                       "losses": losses, "step_time_median_s": timed[len(timed) // 2],
+                       "memory_kind": "cuda_max_allocated" if device.type == "cuda"
+                       else "peak_rss", "dcp_reload_max_diff": reload_diff}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
