@@ -26,6 +26,8 @@ QUICK_ARGS = {
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],
+    "ddp_bench.py": ["--rounds", "1", "--target-s", "0.01", "--width", "32", "--batch", "4",
+                     "--sweep-batches", "2,8", "--bucket-caps", "1,25", "--bucket-batch", "2"],
 }
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
 BROKEN_ON_PURPOSE: set[str] = set()
