@@ -11,7 +11,7 @@ Parts (--parts, comma separated):
   scaling  1 process (1 thread; N threads), DataParallel re-implemented with threads as in
            notebook 01 (one process, N replicas), DDP on 1..N ranks, same global batch;
   sweep    efficiency over batch per rank (compute/communication ratio), 1 process vs N ranks;
-  buckets  50 x Linear(256, 256): per-parameter blocking / async all-reduce, one flat
+  buckets  --layers x Linear(256, 256): per-parameter blocking / async all-reduce, one flat
            all-reduce, DDP with each --bucket-caps value, gradient_as_bucket_view=True;
   profile  torch.profiler trace of one DDP step (rank 0): chrome trace + timeline events.
 """
@@ -230,7 +230,7 @@ def part_sweep(args, device, rank, world, groups):
 
 def part_buckets(args, device, rank, world):
     torch.manual_seed(0)
-    base = nn.Sequential(*[nn.Linear(256, 256) for _ in range(50)]).to(device)
+    base = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
     ids = [device.index] if device.type == "cuda" else None
 
     def trainer(model, reduce=None):
@@ -256,7 +256,7 @@ def part_buckets(args, device, rank, world):
 def part_profile(args, device, rank, out):
     """One DDP step under torch.profiler; rank 0 keeps the events of backward and all-reduce."""
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(50)]).to(device)
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=args.profile_bucket_mb)  # several buckets: overlap to see
     t = Trainer(ddp, args.bucket_batch, 256, device)
@@ -295,6 +295,7 @@ def main():
     parser.add_argument("--batch", type=int, default=256, help="batch per rank (scaling)")
     parser.add_argument("--sweep-width", type=int, default=512, help="MLP width (sweep)")
     parser.add_argument("--sweep-batches", default="2,16,128,1024", help="batch per rank")
+    parser.add_argument("--layers", type=int, default=50, help="Linear(256, 256) layers")
     parser.add_argument("--bucket-batch", type=int, default=32)
     parser.add_argument("--bucket-caps", default="1,5,25,100", help="bucket_cap_mb values")
     parser.add_argument("--profile-bucket-mb", type=float, default=1)

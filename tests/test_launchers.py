@@ -27,7 +27,8 @@ QUICK_ARGS = {
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],
     "ddp_bench.py": ["--rounds", "1", "--target-s", "0.01", "--width", "32", "--batch", "4",
-                     "--sweep-batches", "2,8", "--bucket-caps", "1,25", "--bucket-batch", "2"],
+                     "--sweep-width", "32", "--sweep-batches", "2,8", "--bucket-caps", "1,25",
+                     "--bucket-batch", "2", "--layers", "4"],
 }
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
 BROKEN_ON_PURPOSE: set[str] = set()
