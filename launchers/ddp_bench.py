@@ -20,6 +20,10 @@ import argparse
 import copy
 import json
 import os
+
+# idle OpenMP threads sleep instead of spinning: a rank's spare threads must not steal the
+# other ranks' cores (read by the OpenMP runtime when torch loads, so set before the import)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import resource
 import statistics
 import time
