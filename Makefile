@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab bench site reset clean
+.PHONY: setup verify test lint lab bench bench-ddp site reset clean
 
 setup: $(STAMP)
 
@@ -28,8 +28,13 @@ test: setup  ## the test suite (CI runs exactly this)
 lint: setup
 	$(VENV)/bin/ruff check .
 
-bench: setup  ## overhead of the verify command over the runs it launches
+bench: setup  ## overhead of the verify command over the runs it launches (see bench-ddp)
 	$(PY) benchmarks/verify_overhead.py
+
+# make bench-ddp SMOKE=1 NPROC=4 DEVICE=cuda: notebook 05's DP-vs-DDP benchmark on this machine
+bench-ddp: setup  ## DP vs DDP measured here: build/bench/<host>-<date>/report.json + plots
+	$(PY) -m coursekit.bench $(if $(SMOKE),--smoke) $(if $(NPROC),--nproc $(NPROC)) \
+		$(if $(DEVICE),--device $(DEVICE))
 
 site: setup  ## the course as a static website in build/site/, from the last verify run
 	test -f build/verify.json || $(PY) -m coursekit.verify $(VERIFY_FLAGS)

@@ -36,6 +36,9 @@ QUICK_ARGS = {
     "sampler_forgot_set_epoch.py": ["--size", "11"],
     "sampler_fixed.py": ["--size", "11"],
     "print_ranks.py": ["--lines", "5"],
+    "ddp_bench.py": ["--rounds", "1", "--target-s", "0.01", "--width", "32", "--batch", "4",
+                     "--sweep-width", "32", "--sweep-batches", "2,8", "--bucket-caps", "1,25",
+                     "--bucket-batch", "2", "--layers", "4"],
 }
 # launchers that fail or hang on purpose (the lessons run them and assert on the failure)
 BROKEN_ON_PURPOSE: set[str] = {

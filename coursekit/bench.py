@@ -1,0 +1,70 @@
+"""The DP-vs-DDP benchmark of notebook 05, for instructors: one command per class machine.
+
+    python -m coursekit.bench [--smoke] [--nproc N] [--device auto|cpu|cuda] [--out DIR]
+
+Executes notebook 05 headlessly (papermill) on this machine and leaves in DIR
+(default ``build/bench/<host>-<date>``): ``report.json`` (the notebook's key figures, the
+launcher's raw measurements, host and versions), the plots ``*.png``, the profiler's chrome
+trace, and the executed notebook. Reports from different machines compare key by key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+from .config import check_parameters
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "05_dp_vs_ddp_measured.ipynb"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.bench", description=__doc__.split(
+        "\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (a quick check)")
+    parser.add_argument("--nproc", type=int, default=None, help="ranks (default: the tier's)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per launched run")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the report")
+    args = parser.parse_args(argv)
+    check_parameters(args.device, args.nproc, args.timeout, args.smoke)  # before any process
+
+    import papermill  # slow import: after the checks
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = (args.out or ROOT / "build" / "bench" / f"{platform.node()}-{stamp}").resolve()
+    results = out / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(
+        str(NOTEBOOK), str(out / NOTEBOOK.name),
+        parameters={"DEVICE": args.device, "NPROC": args.nproc, "SMOKE": args.smoke,
+                    "TIMEOUT_S": args.timeout, "RESULTS_DIR": str(results)},
+        cwd=str(NOTEBOOK.parent), kernel_name="python3", progress_bar=False,
+    )  # fmt: skip
+    figures = json.loads((results / f"{NOTEBOOK.stem}.json").read_text())
+    import torch
+
+    report = {"host": platform.node(), "machine": platform.machine(), "python": sys.version,
+              "torch": torch.__version__, "when": stamp, "figures": figures,
+              "measurements": json.loads((results / "05_bench_metrics.json").read_text())}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    for png in (results / "05_plots").glob("*.png"):
+        shutil.copy(png, out / png.name)
+    shutil.copy(results / "05_ddp_step_trace.json", out / "ddp_step_trace.json")
+    for key in ("tier", "world_size", "backend", "efficiency_2", "sweep_best_efficiency",
+                "sweep_worst_efficiency", "ddp_vs_blocking_ratio", "bucket_cap_best_mb",
+                "overlap_fraction"):
+        if key in figures:
+            print(f"{key:24} {figures[key]}")
+    print(f"report: {out / 'report.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""DP vs DDP, measured: throughput, scaling, buckets and overlap, in one torchrun job.
+
+    torchrun --nproc-per-node 2 launchers/ddp_bench.py --out DIR
+
+Every figure is a median over --rounds rounds; within a round every variant runs once, in
+turn (interleaved), so that a busy machine slows all variants alike. A variant's time for
+--steps steps is its slowest rank's. Each rank uses --threads intra-op threads (1 by
+default), so that one rank alone and N ranks together have the same threads per rank:
+    efficiency(N) = throughput(N ranks) / (N * throughput(1 process, same threads))
+Parts (--parts, comma separated):
+  scaling  1 process (1 thread; N threads), DataParallel re-implemented with threads as in
+           notebook 01 (one process, N replicas), DDP on 1..N ranks, same global batch;
+  sweep    efficiency over batch per rank (compute/communication ratio), 1 process vs N ranks;
+  buckets  --layers x Linear(256, 256): per-parameter blocking / async all-reduce, one flat
+           all-reduce, DDP with each --bucket-caps value, gradient_as_bucket_view=True;
+  profile  torch.profiler trace of one DDP step (rank 0): chrome trace + timeline events.
+"""
+
+import argparse
+import copy
+import json
+import os
+
+# idle OpenMP threads sleep instead of spinning: a rank's spare threads must not steal the
+# other ranks' cores (read by the OpenMP runtime when torch loads, so set before the import)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import resource
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def mlp(width, depth, classes=10):
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Trainer:
+    """One training step of one variant: a model, its optimizer, its batch."""
+
+    def __init__(self, model, batch, width, device, reduce=None):
+        self.model, self.device, self.reduce = model, device, reduce
+        self.opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        self.x = torch.randn(batch, width, device=device)
+        self.y = torch.randint(0, 10, (batch,), device=device)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        out = self.model(self.x)
+        loss = F.cross_entropy(out, self.y) if out.shape[1] == 10 else out.square().mean()
+        loss.backward()
+        if self.reduce:  # hand-made gradient averaging (the DDP variants do it in backward)
+            self.reduce(self.model)
+        self.opt.step()
+
+
+def dp_step_fn(model, batch, width, replicas, device):
+    """DataParallel's step, re-implemented with threads in one process (notebook 01):
+    scatter the batch, replicate the weights, forward/backward on each replica's thread,
+    reduce the gradients onto replica 0, step there."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, width, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    pool = ThreadPoolExecutor(replicas)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        copies = [model] + [copy.deepcopy(model) for _ in range(1, replicas)]  # replicate
+        chunks = list(zip(x.chunk(replicas), y.chunk(replicas), strict=True))  # scatter
+
+        def work(k):
+            xs, ys = chunks[k]
+            (F.cross_entropy(copies[k](xs), ys) * len(xs) / len(x)).backward()
+
+        list(pool.map(work, range(replicas)))
+        for replica in copies[1:]:  # reduce onto replica 0
+            for p, q in zip(model.parameters(), replica.parameters(), strict=True):
+                p.grad += q.grad
+        opt.step()
+
+    return step
+
+
+def per_parameter_blocking(model):
+    world = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)  # one call per tensor, each waits for the last
+        p.grad /= world
+
+
+def one_flat_all_reduce(model):
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.view(-1) for g in grads])  # one bucket holding every gradient
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+class AsyncPerParameter:
+    """Start each tensor's all-reduce as soon as backward has produced its gradient."""
+
+    def __init__(self, model):
+        self.pending = []
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(
+                lambda p: self.pending.append((p, dist.all_reduce(p.grad, async_op=True))))
+
+    def __call__(self, model):
+        for p, work in self.pending:
+            work.wait()
+            p.grad /= dist.get_world_size()
+        self.pending.clear()
+
+
+def timed_rounds(variants, steps, rounds, device, rank, warmup=1):
+    """variants: name -> (step function or None on ranks that sit out, ranks taking part).
+    Returns name -> list of seconds per step (slowest rank), one per round."""
+    seconds = {name: [] for name in variants}
+    for r in range(warmup + rounds):
+        for name, (fn, ranks) in variants.items():
+            dist.barrier()
+            start = time.perf_counter()
+            if rank in ranks:
+                for _ in range(steps[name] if isinstance(steps, dict) else steps):
+                    fn()
+                sync(device)
+            mine = torch.tensor([time.perf_counter() - start])
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slowest rank's time
+            if r >= warmup:
+                seconds[name].append(mine.item() / (steps[name] if isinstance(steps, dict)
+                                                    else steps))
+    return seconds
+
+
+def steps_for(fn, ranks, target_s, device):
+    """How many steps of fn take about target_s seconds (timed on rank 0, shared)."""
+    n = torch.tensor([1])
+    if dist.get_rank() in ranks:
+        fn()
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        n[0] = max(2, round(target_s / max(time.perf_counter() - start, 1e-6)))
+    dist.broadcast(n, 0)
+    return int(n.item())
+
+
+def saved_bytes_per_sample(model, width, device, batch=8):
+    """Bytes autograd keeps for backward, per sample (activations), counted with hooks."""
+    total = []
+
+    def pack(t):
+        total.append(t.numel() * t.element_size())
+        return t
+
+    x = torch.randn(batch, width, device=device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    return sum(total) / batch  # (an upper bound: the input and weights are counted too)
+
+
+def part_scaling(args, device, rank, world, groups):
+    torch.manual_seed(0)
+    base = mlp(args.width, args.depth).to(device)
+    gbatch = args.batch * world  # the same global batch for every variant
+    variants = {}
+    solo = Trainer(copy.deepcopy(base), gbatch, args.width, device)
+    variants["1 process, 1 thread"] = (solo.step, {0})
+    solo_n = Trainer(copy.deepcopy(base), gbatch, args.width, device)
+
+    def solo_all_threads():
+        torch.set_num_threads(args.threads * world)
+        solo_n.step()
+        torch.set_num_threads(args.threads)
+
+    steps = steps_for(solo.step, {0}, args.target_s, device)
+    # first, alone: changing the thread count after DP's threads have run can hang OpenMP
+    threads = timed_rounds({"1 process, 1 thread": (solo.step, {0}),
+                            f"1 process, {args.threads * world} threads": (solo_all_threads, {0})},
+                           steps, args.rounds, device, rank)
+    if device.type == "cpu" or torch.cuda.device_count() < 2:
+        variants[f"DP re-implemented, {world} replicas"] = (
+            dp_step_fn(copy.deepcopy(base), gbatch, args.width, world, device), {0})
+    else:  # the real nn.DataParallel over every visible GPU (rank 0 alone drives them)
+        dp = Trainer(nn.DataParallel(copy.deepcopy(base)), gbatch, args.width, device)
+        variants[f"DataParallel, {torch.cuda.device_count()} GPUs"] = (dp.step, {0})
+    for n, group in groups.items():
+        if rank < n:
+            ddp = DDP(copy.deepcopy(base), process_group=group,
+                      device_ids=[device.index] if device.type == "cuda" else None)
+            variants[f"DDP {n} rank{'s' * (n > 1)}"] = (
+                Trainer(ddp, gbatch // n, args.width, device).step, set(range(n)))
+        else:
+            variants[f"DDP {n} rank{'s' * (n > 1)}"] = (None, set(range(n)))
+    seconds = timed_rounds(variants, steps, args.rounds, device, rank)
+    return {"global_batch": gbatch, "steps": steps, "seconds": seconds, "threads": threads,
+            "params": sum(p.numel() for p in base.parameters()),
+            "activation_bytes_per_sample": saved_bytes_per_sample(base, args.width, device)}
+
+
+def part_sweep(args, device, rank, world, groups):
+    points = []
+    for batch in args.sweep_batches:
+        torch.manual_seed(0)
+        base = mlp(args.sweep_width, args.depth).to(device)
+        one = Trainer(copy.deepcopy(base), batch, args.sweep_width, device)
+        ddp = Trainer(DDP(copy.deepcopy(base), device_ids=[device.index]
+                          if device.type == "cuda" else None), batch, args.sweep_width, device)
+        steps = steps_for(one.step, {0}, args.target_s / 2, device)
+        seconds = timed_rounds({"1 process": (one.step, {0}), f"{world} ranks": (ddp.step, set(
+            range(world)))}, steps, args.rounds, device, rank)
+        points.append({"batch_per_rank": batch, "width": args.sweep_width, "depth": args.depth,
+                       "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),
+                       "steps": steps, "seconds": seconds})
+    return points
+
+
+def part_buckets(args, device, rank, world):
+    torch.manual_seed(0)
+    base = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+
+    def trainer(model, reduce=None):
+        return Trainer(model, args.bucket_batch, 256, device, reduce)
+
+    variants = {"per-parameter, blocking": trainer(copy.deepcopy(base), per_parameter_blocking)}
+    m = copy.deepcopy(base)
+    variants["per-parameter, async in backward"] = trainer(m, AsyncPerParameter(m))
+    variants["one flat all-reduce"] = trainer(copy.deepcopy(base), one_flat_all_reduce)
+    for cap in args.bucket_caps:
+        variants[f"DDP bucket_cap_mb={cap:g}"] = trainer(
+            DDP(copy.deepcopy(base), device_ids=ids, bucket_cap_mb=cap))
+    variants["DDP bucket_cap_mb=25, gradient_as_bucket_view"] = trainer(
+        DDP(copy.deepcopy(base), device_ids=ids, gradient_as_bucket_view=True))
+    steps = steps_for(variants["DDP bucket_cap_mb=25, gradient_as_bucket_view"].step,
+                      set(range(world)), args.target_s / 2, device)
+    seconds = timed_rounds({k: (t.step, set(range(world))) for k, t in variants.items()},
+                           steps, args.rounds, device, rank)
+    return {"tensors": len(list(base.parameters())), "steps": steps, "seconds": seconds,
+            "grad_bytes": 4 * sum(p.numel() for p in base.parameters())}
+
+
+def part_profile(args, device, rank, out):
+    """One DDP step under torch.profiler; rank 0 keeps the events of backward and all-reduce."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+              bucket_cap_mb=args.profile_bucket_mb)  # several buckets: overlap to see
+    t = Trainer(ddp, args.bucket_batch, 256, device)
+    for _ in range(3):
+        t.step()  # warm-up: DDP rebuilds its buckets after the first step
+    dist.barrier()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        with torch.profiler.record_function("ddp_step"):
+            t.step()
+            sync(device)
+    if rank != 0:
+        return None
+    prof.export_chrome_trace(os.path.join(out, "ddp_step_trace.json"))
+    events = []
+    for e in prof.events():
+        name = e.name
+        kind = ("all-reduce" if "all_reduce" in name or "allreduce" in name else
+                "backward" if name.startswith("autograd::engine::evaluate_function") else
+                "forward" if name == "DistributedDataParallel.forward" else
+                "optimizer" if name.startswith("Optimizer.step") else
+                "step" if name == "ddp_step" else None)
+        if kind:
+            events.append({"kind": kind, "name": name, "thread": e.thread,
+                           "start_us": e.time_range.start, "end_us": e.time_range.end})
+    return events
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--parts", default="scaling,sweep,buckets,profile")
+    parser.add_argument("--width", type=int, default=512, help="MLP width (scaling, sweep)")
+    parser.add_argument("--depth", type=int, default=4, help="hidden layers of the MLP")
+    parser.add_argument("--batch", type=int, default=256, help="batch per rank (scaling)")
+    parser.add_argument("--sweep-width", type=int, default=512, help="MLP width (sweep)")
+    parser.add_argument("--sweep-batches", default="2,16,128,1024", help="batch per rank")
+    parser.add_argument("--layers", type=int, default=50, help="Linear(256, 256) layers")
+    parser.add_argument("--bucket-batch", type=int, default=32)
+    parser.add_argument("--bucket-caps", default="1,5,25,100", help="bucket_cap_mb values")
+    parser.add_argument("--profile-bucket-mb", type=float, default=1)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
+    parser.add_argument("--target-s", type=float, default=0.3, help="seconds per measurement")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+    args.sweep_batches = [int(b) for b in args.sweep_batches.split(",")]
+    args.bucket_caps = [float(c) for c in args.bucket_caps.split(",")]
+    parts = args.parts.split(",")
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda" and world <= torch.cuda.device_count():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:  # CPU ranks, or ranks sharing a GPU: gloo (the tensors stay on the CPU)
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    torch.set_num_threads(args.threads)  # the same threads per rank in every variant
+    groups = {n: dist.new_group(list(range(n))) for n in range(1, world + 1)}  # every rank
+
+    metrics = {"world_size": world, "backend": backend, "device": str(device),
+               "threads_per_rank": args.threads, "rounds": args.rounds,
+               "torch": torch.__version__, "cpus": os.cpu_count(),
+               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    os.makedirs(args.out, exist_ok=True)
+    run = {"scaling": lambda: part_scaling(args, device, rank, world, groups),
+           "sweep": lambda: part_sweep(args, device, rank, world, groups),
+           "buckets": lambda: part_buckets(args, device, rank, world),
+           "profile": lambda: part_profile(args, device, rank, args.out)}
+    for part in parts:
+        start = time.perf_counter()
+        metrics[part] = run[part]()
+        if rank == 0:
+            print(f"{part} measured in {time.perf_counter() - start:.1f} s", flush=True)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    peaks = [None] * world
+    dist.all_gather_object(peaks, peak)
+    if rank == 0:
+        metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r]} for r in range(world)]
+        metrics["load_average_after"] = list(os.getloadavg())
+        for part in ("scaling", "buckets"):
+            for name, s in metrics.get(part, {}).get("seconds", {}).items():
+                print(f"{part:8} {name:48} {statistics.median(s) * 1e3:9.2f} ms/step")
+        for p in metrics.get("sweep", []):
+            one, many = (statistics.median(s) for s in p["seconds"].values())
+            print(f"sweep    batch/rank {p['batch_per_rank']:5}: efficiency {one / many:.2f}")
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump(metrics, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
