@@ -75,7 +75,10 @@ class Net(nn.Module):
 
         def block(c_in, c_out):
             norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
-            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), norm_layer, nn.ReLU())
+            # no conv bias before BatchNorm: it subtracts the mean, so the bias gets a gradient
+            # of pure rounding noise, which AdamW turns into full-size random steps
+            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
+            return nn.Sequential(conv, norm_layer, nn.ReLU())
 
         self.features = nn.Sequential(
             block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
