@@ -138,13 +138,7 @@ def test_a_launcher_run_shows_live_lines_and_progress_while_it_runs(lab, page, s
     assert samples[-1][3] == 100
 
 
-def calculator_cases() -> list:
-    fixture = pytest.param("fixtures/fixture_memory_calculator.ipynb", id="fixture")
-    course = [pytest.param(f"notebooks/{nb.name}", id=nb.stem) for nb in calculator_notebooks()]
-    return [*course, fixture]
-
-
-@pytest.mark.parametrize("path", calculator_cases())
+@pytest.mark.parametrize("path", ["notebooks/01_why_is_my_second_gpu_idle.ipynb"])
 def test_moving_the_calculator_slider_changes_its_output(lab, page, shots, path):
     open_and_run_all(page, lab, path)
     panel = page.locator(PANEL)
