@@ -63,6 +63,7 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered}, f)
+    dist.barrier()  # nobody tears down while another rank is still talking
     dist.destroy_process_group()
 
 
