@@ -13,6 +13,7 @@ from conftest import BEHAVE, processes_with
 from jupyter_client import KernelManager
 
 import coursekit
+from coursekit import runner
 
 
 def wait_for(predicate, timeout_s=30.0, what="condition"):
@@ -186,3 +187,31 @@ def test_cuda_without_a_gpu_fails_fast():
     assert time.monotonic() - start < 10
     assert proc.returncode != 0
     assert "ParameterError: DEVICE='cuda' cannot be used: no CUDA GPU is visible" in proc.stderr
+
+
+def _finished_run(tmp_path, rank_lines, metrics=True):
+    """A RunResult as torchrun reports a rank that failed (the summary's lines included)."""
+    run = coursekit.RunResult(name="x", cmd=[], nproc=2, run_dir=tmp_path, returncode=1)
+    run.lines = [(1, t) for t in rank_lines] + [
+        (None, "Root Cause (first observed failure):"), (None, "[0]:"),
+        (None, "  rank      : 1 (local_rank: 1)"), (None, "  exitcode  : -6 (pid: 42)"),
+    ]  # fmt: skip
+    if metrics:
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "metrics.json").write_text("{}")
+    return run
+
+
+def test_an_abort_at_exit_after_finished_work_is_not_a_failure(tmp_path):
+    run = _finished_run(tmp_path, ["step 4 loss 0.1", runner.TEARDOWN_ABORT])
+    assert run.ok and run.aborted_at_exit_only and run.failed_rank() == 1
+
+
+@pytest.mark.parametrize("rank_lines, metrics", [
+    (["step 4 loss 0.1", runner.TEARDOWN_ABORT], False),  # the work did not finish
+    (["Traceback (most recent call last):", "ValueError: x", runner.TEARDOWN_ABORT], True),
+    (["step 4 loss 0.1", "Segmentation fault"], True),
+])  # fmt: skip
+def test_other_failures_stay_failures(tmp_path, rank_lines, metrics):
+    run = _finished_run(tmp_path, rank_lines, metrics)
+    assert not run.ok and not run.aborted_at_exit_only
