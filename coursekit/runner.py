@@ -39,9 +39,11 @@ from .config import Setup
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:(?:\[rank\1\]: ?)?")
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 STEP_LINE = re.compile(r"^\s*step\s+(\d+)")  # "step 12 ...", "step 12/60 ...": a progress mark
-# What a C++ std::thread left joinable prints when the interpreter exits. torch 2.13's CPU
-# build does this rarely at the very end of a finished run (about 2 runs in 120 here, with 1
-# rank too): a teardown race in torch, not a failure of the launcher's own work.
+# What a rank prints when torch 2.13 aborts it while its interpreter shuts down, after its
+# work is done (seen in core dumps here): the gloo process group outlived
+# destroy_process_group, and one of its threads, still releasing the last collective's
+# tensors, needed the GIL during finalization. The launchers now prevent both causes (see
+# launchers/ddp_first_run.py); this stays tolerated, loudly, for launchers written otherwise.
 TEARDOWN_ABORT = "terminate called without an active exception"
 GRACE_S = 3.0  # how long torchrun gets to stop its workers before everything is killed
 
@@ -73,6 +75,9 @@ class RunResult:
 
     @property
     def out_dir(self) -> Path:
+        """The launcher's ``--out`` folder (run_launcher passes RUN_DIR/out unless told)."""
+        if "--out" in self.cmd[:-1]:
+            return Path(self.cmd[self.cmd.index("--out") + 1])
         return self.run_dir / "out"
 
     @property

@@ -9,6 +9,11 @@ import os
 
 import torch
 import torch.distributed as dist
+
+# before init_process_group (torch 2.13): DDP imports this module, whose functions keep
+# the process group as a default argument when it exists, so that destroy_process_group
+# could not end the group; imported first, they keep None
+import torch.distributed.nn  # noqa: F401
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -63,7 +68,9 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered}, f)
-    dist.barrier()  # nobody tears down while another rank is still talking
+    # release DDP before the process group: DDP holds the group too, and if DDP lets go last,
+    # the group's threads are stopped inside DDP's destructor, which can deadlock (gloo)
+    del ddp_model
     dist.destroy_process_group()
 
 

@@ -12,6 +12,7 @@ import sys
 import psutil
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -78,6 +79,7 @@ def main():
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump({"world_size": world_size, "backend": backend, "params":
                        sum(p.numel() for p in model.parameters()), "ranks": gathered}, f)
+    del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

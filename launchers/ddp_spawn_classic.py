@@ -10,6 +10,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -31,6 +32,7 @@ def worker(rank, world_size, port):
     loss.backward()  # gradients are all-reduced here: EVERY rank must reach this line
     optimizer.step()  # same averaged gradients everywhere -> replicas stay identical
     print(f"rank {rank}: loss {loss.item():.4f}")
+    del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

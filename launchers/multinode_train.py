@@ -21,6 +21,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -112,6 +113,7 @@ def main():
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
                        "restart_count": restart, "resumed_from_step": start_step,
                        "steps": args.steps, "losses_this_attempt": losses}, f)
+    del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from train_step1_data import Net, make_dataset
@@ -71,6 +72,7 @@ def main():
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
                        "steps": max(r["batches"] for r in gathered)}, f)
     faulthandler.cancel_dump_traceback_later()  # armed until here: the final gather included
+    del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

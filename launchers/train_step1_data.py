@@ -23,6 +23,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -186,6 +187,7 @@ def main():
                        "evals": evals,
                        "step_time_median_s": timed[len(timed) // 2] if timed else None,
                        "first_step_s": step_times[0] if step_times else None}, f)
+    del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

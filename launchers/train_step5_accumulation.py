@@ -32,6 +32,7 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -268,6 +269,7 @@ def main():
                        "evals": evals, "allreduces": allreduces,
                        "step_time_median_s": timed[len(timed) // 2] if timed else None,
                        "first_step_s": step_times[0] if step_times else None}, f)
+    del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

@@ -28,6 +28,7 @@ Options (the defaults train in well under a minute on 2 CPU cores; scale up for 
 """
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -292,6 +294,8 @@ def main():
                        "first_step_s": step_times[0] if step_times else None,
                        "amp": args.amp, "compile": args.compile,
                        "compiled_graphs": compiled_graphs}, f)
+    del train_model, ddp_model  # release DDP before the process group (see ddp_first_run.py)
+    gc.collect()  # torch.compile keeps DDP in a reference cycle: free it now, not at exit
     dist.destroy_process_group()
 
 

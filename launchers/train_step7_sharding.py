@@ -36,6 +36,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -155,6 +156,25 @@ def peak_memory(device):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out):
+    """Save a distributed checkpoint, load it into a fresh model wrapped the same way, and
+    return the largest difference of the two models' outputs on the probe batch."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.dcp)
+    torch.manual_seed(1)  # a fresh model with other weights
+    fresh, fresh_optimizer = wrap(Net(args.classes, args.width, args.norm, args.depth).to(device),
+                                  args.strategy, device, args.lr)
+    inner = fresh.module if isinstance(fresh, DDP) else fresh
+    model_state, optim_state = get_state_dict(inner, fresh_optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=args.dcp)  # each rank reads the shards it owns
+    set_state_dict(inner, fresh_optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    fresh.eval()
+    with torch.no_grad():
+        return (fresh(probe_x).cpu() - probe_out).abs().max().item()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=16)
@@ -246,20 +266,7 @@ def main():
 
     reload_diff = None
     if args.dcp:  # each rank writes its own shards, in parallel; nothing is gathered
-        model_state, optim_state = get_state_dict(model, optimizer)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.dcp)
-        torch.manual_seed(1)  # a fresh model with other weights, wrapped the same way
-        fresh, fresh_optimizer = wrap(Net(args.classes, args.width, args.norm, args.depth)
-                                      .to(device), args.strategy, device, args.lr)
-        inner = fresh.module if isinstance(fresh, DDP) else fresh
-        model_state, optim_state = get_state_dict(inner, fresh_optimizer)
-        state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=args.dcp)  # each rank reads the shards it owns
-        set_state_dict(inner, fresh_optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-        fresh.eval()
-        with torch.no_grad():
-            reload_diff = (fresh(probe_x).cpu() - probe_out).abs().max().item()
+        reload_diff = checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out)
 
     gathered = [None] * world_size
     dist.gather_object(held, gathered if rank == 0 else None)
@@ -273,6 +280,7 @@ def main():
                        "losses": losses, "step_time_median_s": timed[len(timed) // 2],
                        "memory_kind": "cuda_max_allocated" if device.type == "cuda"
                        else "peak_rss", "dcp_reload_max_diff": reload_diff}, f)
+    del train_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 

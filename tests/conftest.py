@@ -1,9 +1,11 @@
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -37,7 +39,8 @@ def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
         str(notebook), str(tmp_path / notebook.name),
         parameters={"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters},
         cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
-        config=Config({"KernelManager": {"transport": "ipc"}}),
+        # a local socket, not TCP ports; its files go to the test's own folder
+        config=Config({"KernelManager": {"transport": "ipc", "ip": str(tmp_path / "kernel")}}),
     )  # fmt: skip
     results = json.loads((results_dir / f"{notebook.stem}.json").read_text())
     assert results["notebook"] == notebook.stem
@@ -93,3 +96,52 @@ def leaves_no_torchelastic_dirs():
     before = torchelastic_dirs()
     yield
     assert torchelastic_dirs() - before == set(), "torchrun left scratch files in the temp dir"
+
+
+SLURM_SCRIPT = ROOT / "scripts" / "local_slurm.py"
+SLURM_DAEMONS = ("slurmctld", "slurmd", "munged")
+
+
+def local_slurm(action: str, state: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SLURM_SCRIPT), action], capture_output=True,
+                          text=True, env={**os.environ, "COURSE_SLURM_DIR": str(state)},
+                          timeout=timeout)  # fmt: skip
+
+
+def slurm_daemons(state: Path) -> list[psutil.Process]:
+    """Live Slurm/munge daemons whose command line names our cluster's folder."""
+    found = []
+    for p in psutil.process_iter(["name", "cmdline", "status"]):
+        try:
+            if (p.info["name"] in SLURM_DAEMONS and p.info["status"] != psutil.STATUS_ZOMBIE
+                    and str(state) in " ".join(p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@dataclass
+class SlurmCluster:
+    state: Path  # COURSE_SLURM_DIR of the cluster
+    env: dict  # the environment its commands need (SLURM_CONF)
+    unavailable: str | None  # why Slurm cannot be installed here, or None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real two-node Slurm on this machine (scripts/local_slurm.py), started once for every
+    test that submits jobs, and stopped with no daemon left behind."""
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
+    started = local_slurm("start", state)
+    if started.returncode == 2:  # the script's code for "Slurm cannot be installed here"
+        yield SlurmCluster(state, env, started.stderr.strip())
+        return
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield SlurmCluster(state, env, None)
+    finally:
+        stopped = local_slurm("stop", state)
+        assert stopped.returncode == 0, stopped.stderr
+        assert slurm_daemons(state) == [], "a Slurm daemon outlived the tests"

@@ -8,7 +8,8 @@ from conftest import BEHAVE, execute_notebook, processes_with
 import coursekit
 
 
-def test_beyond_one_machine(tmp_path):
+def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
+    monkeypatch.setenv("COURSE_SLURM_DIR", str(slurm_cluster.state))  # the notebook's Slurm
     results = execute_notebook("07", tmp_path)
     # two nodes (one rank each in SMOKE) form one job
     assert results["nodes"] == 2
@@ -28,10 +29,11 @@ def test_beyond_one_machine(tmp_path):
     sizes = results["elastic_world_sizes"].split(" -> ")
     assert sizes[0] == str(results["ranks_per_node"])
     assert results["elastic_joined"] is (sizes == ["1", "2"])
-    # Slurm ran and completed, or the notebook says why not
-    state = results["slurm_job_state"]
-    assert state == "COMPLETED" or state.startswith("not run: "), state
-    if state == "COMPLETED":
+    # a real Slurm job where Slurm can be installed; elsewhere the notebook says why not
+    if slurm_cluster.unavailable:
+        assert results["slurm_job_state"].startswith("not run: "), results["slurm_job_state"]
+    else:
+        assert results["slurm_job_state"] == "COMPLETED"
         assert results["slurm_world_size"] == 2 * results["ranks_per_node"]
     assert results["manifests_validated"] == 3
     assert results["manifest_typo_rejected"] is True
@@ -69,3 +71,4 @@ def test_run_nodes_stops_the_partner_of_a_failed_node(setup, token):
     assert processes_with(token) == []
     with pytest.raises(ValueError, match="start_when has 1 entries for 2 nodes"):
         coursekit.run_nodes(BEHAVE, [], setup=setup, rendezvous=[good, good], start_when=[None])
+

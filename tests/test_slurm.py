@@ -3,53 +3,22 @@ Debian's packages when missing), the course's sbatch script runs on it, and the 
 stopped again with no daemon left behind. Skipped only where Slurm cannot be installed."""
 
 import json
-import os
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, local_slurm, slurm_daemons
 
-SCRIPT = ROOT / "scripts" / "local_slurm.py"
 SBATCH = ROOT / "launchers" / "slurm" / "multinode_train.sbatch"
-DAEMONS = ("slurmctld", "slurmd", "munged")
 
 
-def local_slurm(action, state, timeout=1200):
-    return subprocess.run([sys.executable, str(SCRIPT), action], capture_output=True, text=True,
-                          env={**os.environ, "COURSE_SLURM_DIR": str(state)}, timeout=timeout)
-
-
-def our_daemons(state):
-    """Live Slurm/munge daemons whose command line names our cluster's folder."""
-    import psutil
-
-    found = []
-    for p in psutil.process_iter(["name", "cmdline", "status"]):
-        try:
-            if (p.info["name"] in DAEMONS and p.info["status"] != psutil.STATUS_ZOMBIE
-                    and str(state) in " ".join(p.info["cmdline"] or [])):
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    state = tmp_path_factory.mktemp("slurm")
-    started = local_slurm("start", state)
-    if started.returncode == 2:
-        print(f"\nSKIPPED the Slurm tests: {started.stderr.strip()}")
-        pytest.skip(f"Slurm cannot be installed here: {started.stderr.strip()}")
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield state, {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
-    finally:
-        stopped = local_slurm("stop", state)
-        assert stopped.returncode == 0, stopped.stderr
-        assert our_daemons(state) == [], "a Slurm daemon outlived the tests"
+@pytest.fixture
+def cluster(slurm_cluster):
+    if slurm_cluster.unavailable:
+        print(f"\nSKIPPED the Slurm tests: {slurm_cluster.unavailable}")
+        pytest.skip(f"Slurm cannot be installed here: {slurm_cluster.unavailable}")
+    return slurm_cluster.state, slurm_cluster.env
 
 
 def test_start_is_idempotent(cluster):
@@ -59,7 +28,7 @@ def test_start_is_idempotent(cluster):
     assert again.returncode == 0 and "already running" in again.stdout
     assert json.loads((state / "pids.json").read_text()) == pids
     assert set(pids) == {"munged", "slurmctld", "slurmd-node1", "slurmd-node2"}
-    assert len(our_daemons(state)) == 4
+    assert len(slurm_daemons(state)) == 4
 
 
 def test_sbatch_two_nodes_two_ranks_each(cluster, tmp_path):
