@@ -13,7 +13,7 @@ FINAL = ROOT / "launchers" / "train_step6_amp_compile.py"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [1, 2, 3])
+@pytest.mark.parametrize("nproc", [2, 3])  # 1 rank: each launcher's own test (test_launchers)
 def test_training_loop_notebook(nproc, tmp_path):
     r = execute_notebook("04", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc and r["backend"] == "gloo"
@@ -25,7 +25,7 @@ def test_training_loop_notebook(nproc, tmp_path):
     # a crash after a checkpoint, then a resume: the same final parameters
     assert r["checkpoint_crashed_exit_code"] != 0 and r["resumed_from_step"] > 0
     assert r["resume_matches"] is True and r["resume_max_param_diff"] <= 1e-5
-    if nproc <= 2:  # 3 ranks: the bucket rebuild can reorder gloo's sum (see the notebook)
+    if nproc == 2:  # 3 ranks: the bucket rebuild can reorder gloo's sum (see the notebook)
         assert r["resume_bitwise"] is True
     # the all-reduced evaluation is the single-process evaluation
     assert r["eval_equal"] is True and r["eval_distributed_acc"] == r["eval_single_process_acc"]
