@@ -111,13 +111,12 @@ def local_slurm(action: str, state: Path, timeout: float = 1200) -> subprocess.C
 def slurm_daemons(state: Path) -> list[psutil.Process]:
     """Live Slurm/munge daemons whose command line names our cluster's folder."""
     found = []
-    for p in psutil.process_iter(["name", "cmdline", "status"]):
+    for p in processes_with(str(state)):
         try:
-            if (p.info["name"] in SLURM_DAEMONS and p.info["status"] != psutil.STATUS_ZOMBIE
-                    and str(state) in " ".join(p.info["cmdline"] or [])):
+            if p.name() in SLURM_DAEMONS:
                 found.append(p)
         except psutil.Error:
-            pass
+            pass  # it ended meanwhile
     return found
 
 

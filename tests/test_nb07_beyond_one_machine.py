@@ -71,4 +71,3 @@ def test_run_nodes_stops_the_partner_of_a_failed_node(setup, token):
     assert processes_with(token) == []
     with pytest.raises(ValueError, match="start_when has 1 entries for 2 nodes"):
         coursekit.run_nodes(BEHAVE, [], setup=setup, rendezvous=[good, good], start_when=[None])
-
