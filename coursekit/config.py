@@ -34,6 +34,7 @@ class Setup:
     results_dir: Path
     runs_dir: Path
     gpu_names: list[str] = field(default_factory=list)
+    note: str = ""  # why the notebook runs on another tier than the one this machine offers
 
     @property
     def n_gpus(self) -> int:
@@ -49,6 +50,8 @@ class Setup:
             f"timeout  {self.timeout_s:g} s per launched run",
             f"sizes    {'SMOKE (tiny, for verification)' if self.smoke else 'full'}",
         ]
+        if self.note:
+            lines.append(f"note     {self.note}")
         if self.device == "cuda" and self.nproc > self.n_gpus:
             lines.append(
                 f"note     {self.nproc} ranks share {self.n_gpus} GPU(s): NCCL needs one GPU "
@@ -97,9 +100,15 @@ def configure(
     TIMEOUT_S: float = 300,  # noqa: N803
     RESULTS_DIR: str | os.PathLike = "../build/results",  # noqa: N803
     SMOKE: bool = False,  # noqa: N803
+    min_nproc: int = 1,
     quiet: bool = False,
 ) -> Setup:
-    """Validate the notebook parameters and pick the tier. Raises ParameterError."""
+    """Validate the notebook parameters and pick the tier. Raises ParameterError.
+
+    A notebook whose lesson happens between ranks (collectives, pitfalls, scaling) asks for
+    ``min_nproc=2``: where the tier would give it fewer ranks (one GPU, or NPROC=1), its runs
+    get that many ranks on the CPU tier instead, and the setup's note says why.
+    """
     check_parameters(DEVICE, NPROC, TIMEOUT_S, SMOKE)
     gpu_names = visible_gpus()
     n_gpus = len(gpu_names)
@@ -116,6 +125,13 @@ def configure(
     else:
         tier, default_nproc = ("single-gpu" if n_gpus == 1 else "multi-gpu"), n_gpus
     nproc = int(NPROC) if NPROC is not None else default_nproc
+    note = ""
+    if nproc < min_nproc:
+        note = (f"{nproc} rank(s) per run would show nothing here: this notebook runs "
+                f"{min_nproc} ranks on the CPU (gloo) instead")
+        if device == "cuda":
+            note += f"; its per-GPU figures need {min_nproc} GPUs or more"
+        device, tier, nproc = "cpu", "cpu", min_nproc
 
     results_dir = Path(RESULTS_DIR)
     setup = Setup(
@@ -128,6 +144,7 @@ def configure(
         results_dir=results_dir,
         runs_dir=results_dir.parent / "runs",
         gpu_names=gpu_names,
+        note=note,
     )
     if not quiet:
         print(setup.describe())

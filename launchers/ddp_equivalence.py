@@ -134,6 +134,10 @@ def main():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+        # compare DDP with one process, not two GPU kernels: by default cuDNN may pick a different
+        # (nondeterministic, TF32) convolution algorithm per run, which alone moves the weights
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend)

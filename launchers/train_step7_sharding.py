@@ -40,6 +40,7 @@ import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_f
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
@@ -102,10 +103,12 @@ def lr_at(step, total_steps, args):
 def wrap(model, strategy, device, lr):
     """The one place the three strategies differ: how the model and its optimizer are wrapped."""
     if strategy == "fsdp":  # shard each block, then the rest (the head) at the root
+        # our ranks, on our device type (left out, FSDP2 takes a GPU whenever one exists)
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         for module in model.features:
             if isinstance(module, nn.Sequential):
-                fully_shard(module)  # one all-gather unit: its parameters gathered together
-        fully_shard(model)
+                fully_shard(module, mesh=mesh)  # one all-gather unit: its parameters together
+        fully_shard(model, mesh=mesh)
         return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                     gradient_as_bucket_view=True)  # the gradients live in DDP's buckets
@@ -204,6 +207,10 @@ def main():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+        # the strategies are compared weight by weight: no run-to-run kernel noise (cuDNN's
+        # nondeterministic, TF32 convolutions), which AdamW would grow into lr-sized steps
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend)

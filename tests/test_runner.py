@@ -177,6 +177,17 @@ def test_bad_parameters_name_the_parameter(kwargs, parameter):
     assert "use" in str(caught.value)  # and it says what to do instead
 
 
+def test_a_lesson_between_ranks_gets_two_ranks_and_says_why():
+    """Notebooks 02, 05 and 06 ask for min_nproc=2: one rank (NPROC=1 here, one GPU elsewhere)
+    becomes two ranks on the CPU tier, and the printed setup explains it."""
+    plain = coursekit.configure(DEVICE="cpu", NPROC=1, quiet=True)
+    assert (plain.nproc, plain.note) == (1, "")
+    lesson = coursekit.configure(DEVICE="cpu", NPROC=1, min_nproc=2, quiet=True)
+    assert (lesson.device, lesson.tier, lesson.backend, lesson.nproc) == ("cpu", "cpu", "gloo", 2)
+    assert "note     1 rank(s) per run would show nothing here" in lesson.describe()
+    assert coursekit.configure(DEVICE="cpu", NPROC=3, min_nproc=2, quiet=True).nproc == 3
+
+
 def test_cuda_without_a_gpu_fails_fast():
     """With no GPU visible (CUDA_VISIBLE_DEVICES empty), DEVICE='cuda' is refused at once."""
     start = time.monotonic()
