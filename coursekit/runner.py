@@ -7,7 +7,8 @@ What this adds to a bare ``subprocess.run(["torchrun", ...])``:
   ``--tee`` writes one log file per rank and copies whole lines from them);
 - ``TIMEOUT_S`` enforced; on timeout, failure, a kernel interrupt or the kernel's exit
   the whole process tree is killed (workers run in sessions of their own, so killing
-  torchrun's process group alone would leave them behind);
+  torchrun's process group alone would leave them behind), and torchrun runs under a small
+  guard (``guard.py``) that also catches the workers of a torchrun that died early;
 - on failure an error that carries the failing rank's own traceback;
 - torchrun's log files kept in the run's own directory, a free port for every run
   (``--standalone``), so two runs can proceed at once.
@@ -147,7 +148,7 @@ def _parse(raw: str) -> tuple[int | None, str]:
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the kernel that started us dies (Linux only)."""
+    """In the guard: get SIGTERM if the kernel that started us dies (Linux only)."""
     PR_SET_PDEATHSIG = 1  # noqa: N806 - the kernel's name for it
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -156,7 +157,7 @@ _libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 
 
 def _kill_tree(proc: subprocess.Popen, known: dict[int, psutil.Process]) -> None:
-    """SIGTERM torchrun (it stops its workers), then SIGKILL whatever is still alive."""
+    """SIGTERM the guard (it stops torchrun and its workers), then SIGKILL whatever is left."""
     try:
         known.update({c.pid: c for c in psutil.Process(proc.pid).children(recursive=True)})
     except psutil.NoSuchProcess:
@@ -309,7 +310,7 @@ def run_command(
 
     start = time.monotonic()
     proc = subprocess.Popen(
-        cmd,
+        [sys.executable, "-m", "coursekit.guard", *cmd],  # nothing outlives it: see guard.py
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -97,7 +97,7 @@ def test_timeout_kills_every_process(setup, token):
         done.set()
         sampler.join()
     assert "TIMEOUT_S=25" in str(caught.value)
-    assert max(counts) == 3, "expected torchrun plus 2 workers while it ran"
+    assert max(counts) == 4, "expected the guard, torchrun and 2 workers while it ran"
     assert processes_with(token) == []
 
 
@@ -111,7 +111,7 @@ def test_kernel_interrupt_kills_every_process(token, tmp_path):
     km, kc = start_kernel(tmp_path)
     try:
         msg_id = hang_in_kernel(kc, token, tmp_path)
-        wait_for(lambda: len(processes_with(token)) == 3, what="torchrun and its 2 workers")
+        wait_for(lambda: len(processes_with(token)) == 4, what="guard, torchrun, 2 workers")
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=30)
         while reply["parent_header"].get("msg_id") != msg_id:
@@ -129,12 +129,38 @@ def test_kernel_death_kills_every_process(token, tmp_path):
     km, kc = start_kernel(tmp_path)
     try:
         hang_in_kernel(kc, token, tmp_path)
-        wait_for(lambda: len(processes_with(token)) == 3, what="torchrun and its 2 workers")
+        wait_for(lambda: len(processes_with(token)) == 4, what="guard, torchrun, 2 workers")
         km.signal_kernel(signal.SIGKILL)
         wait_for(lambda: processes_with(token) == [], timeout_s=20, what="no process left")
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+ORPHAN_MAKER = """
+import subprocess, sys
+# a child in its own session, left behind as torchrun leaves its workers when cut short
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1]],
+                 start_new_session=True)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_the_guard_leaves_no_orphan_and_keeps_the_exit_code(token, exit_code):
+    guard = subprocess.run([sys.executable, "-m", "coursekit.guard", sys.executable, "-c",
+                            ORPHAN_MAKER, token, str(exit_code)], timeout=30)  # fmt: skip
+    assert guard.returncode == exit_code
+    assert processes_with(token) == []
+
+
+def test_a_stopped_guard_stops_everything_below_it(token):
+    guard = subprocess.Popen([sys.executable, "-m", "coursekit.guard", sys.executable, "-c",
+                              "import time, sys; time.sleep(600)", token])  # fmt: skip
+    wait_for(lambda: len(processes_with(token)) == 2, what="the guard and its command")
+    guard.terminate()  # as the runner does, or the kernel's death through PR_SET_PDEATHSIG
+    assert guard.wait(timeout=10) == 128 + signal.SIGTERM
+    assert processes_with(token) == []
 
 
 def test_two_runs_at_once(setup):
