@@ -23,8 +23,8 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     assert results["killed_pid"] > 0
     assert results["restart_count"] >= 1
     assert 0 < results["resumed_from_step"] <= results["kill_after_step"] + 5
-    assert results["params_equal_after_restart"] is True
-    assert results["max_param_diff_after_restart"] == 0.0
+    assert results["params_close_after_restart"] is True
+    assert results["max_param_diff_after_restart"] < 1e-6  # bit for bit at SMOKE sizes, so far
     # elastic: the job grew from one node to two (or says honestly that it did not)
     sizes = results["elastic_world_sizes"].split(" -> ")
     assert sizes[0] == str(results["ranks_per_node"])
