@@ -3,6 +3,7 @@
 Lesson content lives in the notebooks and launchers; this package only runs them.
 """
 
+from .claims import Claim, Claims, claim, evaluate
 from .config import ParameterError, Setup, configure
 from .exercises import answer, answer_file, check_answer
 from .nodes import JobResult, run_nodes
@@ -10,6 +11,8 @@ from .results import load_results, save_results
 from .runner import LauncherFailed, LauncherTimeout, RunResult, run_launcher
 
 __all__ = [
+    "Claim",
+    "Claims",
     "JobResult",
     "LauncherFailed",
     "LauncherTimeout",
@@ -19,7 +22,9 @@ __all__ = [
     "answer",
     "answer_file",
     "check_answer",
+    "claim",
     "configure",
+    "evaluate",
     "load_results",
     "run_launcher",
     "run_nodes",

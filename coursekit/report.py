@@ -106,6 +106,22 @@ def _shown(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _claims_list(claims: list[dict]) -> str:
+    """Claims as the results file has them: each sentence, whether it held, its figures."""
+    e = html.escape
+    items = []
+    for c in claims:
+        figures = ", ".join(f"{k} = {_shown(v)}" for k, v in c["figures"].items())
+        if c["held"]:
+            items.append(f'<li class="held">held: {e(c["text"])} <span class="note">'
+                         f"({e(figures)})</span></li>")  # fmt: skip
+        else:
+            items.append(f'<li class="not-held">not here: {e(c["text"])}<br>true here: '
+                         f'{e(c["otherwise"] or "see the figures")} <span class="note">'
+                         f"({e(figures)})</span></li>")  # fmt: skip
+    return '<ul class="claims">' + "".join(items) + "</ul>"
+
+
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -113,6 +129,7 @@ text-align:left;vertical-align:top}th{background:#f3f3f3}.passed{color:#116611;f
 .failed,.timed-out{color:#aa1111;font-weight:bold}.not-run{color:#777}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto}img{max-width:100%;border:1px solid #ddd}
 section{border-top:2px solid #ddd;margin-top:2em}.note{color:#555;font-size:.9em}
+.held{color:#116611}.not-held{color:#8a4b00}
 """
 
 
@@ -151,6 +168,9 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
             source = _cell_source(nb, r.failed_cell)
             body.append(f"<h3>Failing cell {r.failed_cell}</h3><pre>{e(source)}</pre>"
                         f'<p class="error">{e(r.error)}</p>')  # fmt: skip
+        if r.claims:
+            body.append(f"<h3>Claims ({len(r.claims) - len(r.claims_not_held)} of "
+                        f"{len(r.claims)} held here)</h3>" + _claims_list(r.claims))
         if r.figures:
             body.append("<h3>Key figures</h3><table>" + "".join(
                 f"<tr><td>{e(k)}</td><td>{e(_shown(v))}</td></tr>" for k, v in r.figures.items()
@@ -165,6 +185,14 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
                     f'+ code {b["code"]} + running {b["running"]} + exercises {b["exercises"]} '
                     "(minutes, rounded up).</p></section>")  # fmt: skip
         sections.append("".join(body))
+    differs = [(r.notebook, c) for r in reports for c in r.claims_not_held]
+    differs_html = (
+        "<p>Every claim the notebooks made held on this machine.</p>" if not differs else
+        "<p>Where the lessons' story differs on this hardware: say so in class.</p>"
+        '<table id="claims-not-held"><tr><th>notebook</th><th>claimed</th><th>true here</th></tr>'
+        + "".join(f"<tr><td>{e(nb)}</td><td>{e(c['text'])}</td>"
+                  f"<td>{e(c['otherwise'] or 'see the figures')}</td></tr>" for nb, c in differs)
+        + "</table>")  # fmt: skip
     total = sum(b["minutes"] for b in budgets.values())
     smoke = parameters.get("SMOKE")
     params = ", ".join(f"{k}={v!r}" for k, v in parameters.items() if k != "RESULTS_DIR")
@@ -180,6 +208,8 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
 <table id="notebooks"><tr><th>notebook</th><th>status</th><th>seconds</th>
 <th>class budget (min)</th><th>failing cell / error, or key figures</th></tr>
 {"".join(rows)}</table>
+<h2>Claims that did not hold here</h2>
+{differs_html}
 <p class="note">Class budget: about {total} minutes for the whole course. Per notebook:
 markdown words at {READING_WPM} words per minute, code lines at {CODE_LINES_PER_MIN} per
 minute, the seconds this run measured, and {EXERCISE_MIN} minutes per exercise, rounded up to

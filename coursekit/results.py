@@ -1,7 +1,9 @@
 """The results contract: each notebook's key figures in RESULTS_DIR/<notebook stem>.json.
 
-Flat ``name: number | string | bool``, plus the tier the notebook ran on. Tests and the
-verify report read these files, never the notebook's printed text.
+Flat ``name: number | string | bool``, plus the tier the notebook ran on, and ``claims``:
+the lesson's measured sentences, each with its figures, condition and whether it held here
+(see :mod:`coursekit.claims`). Tests and the verify report read these files, never the
+notebook's printed text.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import math
 import numbers
 from pathlib import Path
 
+from .claims import Claim
 from .config import Setup
 
 
-def save_results(stem: str, figures: dict, setup: Setup) -> Path:
-    """Write ``figures`` for notebook ``stem`` and print them; returns the file's path."""
+def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = ()) -> Path:
+    """Write ``figures`` and ``claims`` for notebook ``stem`` and print the figures; returns
+    the file's path."""
     record: dict[str, object] = {"notebook": stem, "tier": setup.tier, "device": setup.device,
                                  "nproc": setup.nproc, "smoke": setup.smoke}
     for name, value in figures.items():
+        if name in record or name == "claims":
+            raise ValueError(f"result {name!r}: that name is the results file's own")
         if isinstance(value, numbers.Number) and not isinstance(value, bool):
             value = value.item() if hasattr(value, "item") else value  # numpy / torch scalars
             if isinstance(value, float) and not math.isfinite(value):
@@ -27,12 +33,17 @@ def save_results(stem: str, figures: dict, setup: Setup) -> Path:
             raise TypeError(f"result {name!r} is a {type(value).__name__}: figures are flat "
                             "numbers, strings or booleans")
         record[name] = value
+    width = max(map(len, record))
+    record["claims"] = [c.as_record() for c in claims]
     setup.results_dir.mkdir(parents=True, exist_ok=True)
     path = setup.results_dir / f"{stem}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
-    width = max(map(len, record))
     print(f"results -> {path}")
     for name, value in record.items():
+        if name == "claims":
+            held = sum(c.held for c in claims)
+            print(f"  {name:<{width}}  {held} of {len(claims)} held on this machine")
+            continue
         shown = f"{value:.4g}" if isinstance(value, float) else value
         print(f"  {name:<{width}}  {shown}")
     return path

@@ -34,7 +34,7 @@ from .exercises import SOLUTIONS_ENV  # noqa: E402
 from .report import write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke"}
+CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke", "claims"}
 
 
 @dataclass
@@ -46,6 +46,11 @@ class NotebookReport:
     error: str = ""
     tier: str | None = None  # as the notebook's results file reports it
     figures: dict = field(default_factory=dict)
+    claims: list = field(default_factory=list)  # as the results file has them: text, held, ...
+
+    @property
+    def claims_not_held(self) -> list:
+        return [c for c in self.claims if not c["held"]]
 
 
 def select(notebooks_dir: Path, wanted: list[str]) -> list[Path]:
@@ -128,6 +133,7 @@ def run_notebook(
         figures = json.loads(results_file.read_text())
         report.tier = figures.get("tier")
         report.figures = {k: v for k, v in figures.items() if k not in CONTEXT_KEYS}
+        report.claims = figures.get("claims", [])
     return report
 
 
@@ -149,6 +155,18 @@ def summary_table(reports: list[NotebookReport], figures_per_row: int = 4) -> st
         "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows
     ]
     lines.insert(1, "-" * min(120, max(map(len, lines))))
+    return "\n".join(lines)
+
+
+def claims_summary(reports: list[NotebookReport]) -> str:
+    """The claims that did not hold on this machine, per notebook: where the story differs."""
+    held = sum(len(r.claims) - len(r.claims_not_held) for r in reports)
+    total = sum(len(r.claims) for r in reports)
+    lines = [f"claims: {held} of {total} held on this machine"]
+    for r in reports:
+        for c in r.claims_not_held:
+            lines.append(f"  {r.notebook}: NOT HERE: {c['text']}")
+            lines.append(f"    true here: {c['otherwise'] or '(see the figures)'}")
     return "\n".join(lines)
 
 
@@ -208,10 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     tier = ", ".join(sorted(tiers)) or "unknown (no notebook wrote results)"
     print(f"\ntier: {tier}")
     print(summary_table(reports))
+    print("\n" + claims_summary(reports))
     html_report = args.build / "report.html"
     budgets = write_report(html_report, reports, select(args.notebooks_dir, []),
                            args.build / "executed", tier, parameters)  # fmt: skip
-    rows = [{**asdict(r), "class_minutes": budgets[r.notebook]["minutes"]} for r in reports]
+    rows = [{**asdict(r), "claims_not_held": r.claims_not_held,
+             "class_minutes": budgets[r.notebook]["minutes"]} for r in reports]  # fmt: skip
     (args.build / "verify.json").write_text(
         json.dumps({"tier": tier, "parameters": parameters, "notebooks": rows}, indent=2) + "\n"
     )

@@ -48,7 +48,20 @@ def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
     assert results["smoke"] is parameters.get("SMOKE", True)
     if "NPROC" in parameters:
         assert results["nproc"] == parameters["NPROC"]
+    assert_claims_contract(results)
     return results
+
+
+def assert_claims_contract(results: dict) -> None:
+    """Every notebook states measured outcomes only as claims: each one is held or not by its
+    own recorded figures, and says what is true instead where it does not hold."""
+    claims = results["claims"]
+    assert claims, f"{results['notebook']}: its results file carries no claims"
+    for c in claims:
+        assert c["text"] and c["otherwise"], f"{results['notebook']}: {c} lacks a sentence"
+        assert coursekit.evaluate(c["condition"], c["figures"]) is c["held"], (
+            f"{results['notebook']}: claim {c['text']!r} is recorded as held={c['held']}, "
+            f"but its figures say otherwise: {c['figures']}")
 
 
 def processes_with(token: str) -> list[psutil.Process]:
