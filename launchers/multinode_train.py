@@ -10,7 +10,9 @@ What it adds to a single-node DDP script:
 - on start it resumes from that checkpoint if there is one: after torchrun restarts a
   failed group (--max-restarts), training continues where the checkpoint left it;
 - the batch of step s is the same whatever the world size: a global batch drawn from
-  seed s and split between the ranks, so a resumed run replays the same data.
+  seed s and split between the ranks, so a resumed run replays the same data;
+- --dtype float64 trains in double precision, to compare two runs by their mathematics
+  rather than by fp32 rounding.
 """
 
 import argparse
@@ -48,6 +50,7 @@ def main():
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--save-every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pretend work per step")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="metrics.json, final.pt, checkpoint.pt")
     args = parser.parse_args()
@@ -70,7 +73,8 @@ def main():
     print("identity", *(f"{k}={v}" for k, v in identity.items()), flush=True)
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    dtype = getattr(torch, args.dtype)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device, dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     os.makedirs(args.out, exist_ok=True)
     ckpt_path = os.path.join(args.out, "checkpoint.pt")
@@ -91,7 +95,8 @@ def main():
     for step in range(start_step, args.steps):
         x, y = global_batch(step, args.global_batch)
         mine = slice(rank * per_rank, (rank + 1) * per_rank)  # this rank's share of the batch
-        loss = nn.functional.mse_loss(ddp_model(x[mine].to(device)), y[mine].to(device))
+        x, y = x[mine].to(device, dtype), y[mine].to(device, dtype)
+        loss = nn.functional.mse_loss(ddp_model(x), y)
         optimizer.zero_grad()
         loss.backward()  # averaged over ranks: the same update as the whole global batch
         optimizer.step()

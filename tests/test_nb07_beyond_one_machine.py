@@ -22,9 +22,15 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     # a real worker got SIGKILL, the group restarted and resumed from a checkpoint
     assert results["killed_pid"] > 0
     assert results["restart_count"] >= 1
-    assert 0 < results["resumed_from_step"] <= results["kill_after_step"] + 5
+    # killed between checkpoints: it resumed from the last one before the kill and replayed
+    assert results["resumed_from_step"] % results["save_every"] == 0
+    assert 0 < results["resumed_from_step"] < results["kill_after_step"]
+    assert results["last_step_before_restart"] >= results["kill_after_step"]
+    assert results["replayed_steps"] > 0
+    # float64 training: equal up to float64's rounding budget, a bound from eps, not a CPU
     assert results["params_close_after_restart"] is True
-    assert results["max_param_diff_after_restart"] < 1e-6  # bit for bit at SMOKE sizes, so far
+    assert results["max_param_diff_after_restart"] <= results["rounding_budget_after_restart"]
+    assert results["rounding_budget_after_restart"] < 1e-10  # far below fp32's rounding
     # elastic: the job grew from one node to two (or says honestly that it did not)
     sizes = results["elastic_world_sizes"].split(" -> ")
     assert sizes[0] == str(results["ranks_per_node"])
@@ -37,6 +43,18 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
         assert results["slurm_world_size"] == 2 * results["ranks_per_node"]
     assert results["manifests_validated"] == 3
     assert results["manifest_typo_rejected"] is True
+
+
+def test_the_node_ranks_are_sorted_not_by_arrival():
+    """What section 2 teaches about GROUP_RANK, as this torch's c10d rendezvous does it."""
+    import dataclasses
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    assert dataclasses.fields(dr._NodeDesc)[0].name == "addr"  # sorted by host, then pid
+    assert dr._NodeDesc.__dataclass_params__.order
+    assert "enumerate(sorted(state.participants))" in inspect.getsource(dr)
 
 
 def _free_port():
