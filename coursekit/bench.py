@@ -3,9 +3,10 @@
     python -m coursekit.bench [--smoke] [--nproc N] [--device auto|cpu|cuda] [--out DIR]
 
 Executes notebook 05 headlessly (papermill) on this machine and leaves in DIR
-(default ``build/bench/<host>-<date>``): ``report.json`` (the notebook's key figures, the
-launcher's raw measurements, host and versions), the plots ``*.png``, the profiler's chrome
-trace, and the executed notebook. Reports from different machines compare key by key.
+(default ``build/bench/<host>-<date>``): ``report.json`` (the notebook's key figures and its
+claims, each held or not on this machine, the launcher's raw measurements, host and
+versions), the plots ``*.png``, the profiler's chrome trace, and the executed notebook.
+Reports from different machines compare key by key.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from .config import check_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "05_dp_vs_ddp_measured.ipynb"
+# the figures printed at the end (all of them are in report.json): notebook 05's own names
+KEYS = ("tier", "world_size", "backend", "load_average_before", "ddp_over_dp_python",
+        "ddp_over_dp_matmul", "efficiency_2", "sweep_compute_bound_efficiency",
+        "sweep_comm_bound_efficiency", "prediction_points_above", "ddp_vs_blocking_ratio",
+        "bucket_cap_best_mb", "bucket_view_speedup", "overlap_fraction")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,11 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     for png in (results / "05_plots").glob("*.png"):
         shutil.copy(png, out / png.name)
     shutil.copy(results / "05_ddp_step_trace.json", out / "ddp_step_trace.json")
-    for key in ("tier", "world_size", "backend", "efficiency_2", "sweep_best_efficiency",
-                "sweep_worst_efficiency", "ddp_vs_blocking_ratio", "bucket_cap_best_mb",
-                "overlap_fraction"):
+    for key in KEYS:
         if key in figures:
-            print(f"{key:24} {figures[key]}")
+            print(f"{key:30} {figures[key]}")
+    for c in figures.get("claims", []):
+        if not c["held"]:
+            print(f"not on this machine: {c['text']}\n  true here: {c['otherwise']}")
     print(f"report: {out / 'report.json'}")
     return 0
 

@@ -8,17 +8,22 @@ turn (interleaved), so that a busy machine slows all variants alike. A variant's
 default), so that one rank alone and N ranks together have the same threads per rank:
     efficiency(N) = throughput(N ranks) / (N * throughput(1 process, same threads))
 Parts (--parts, comma separated):
-  scaling  1 process (1 thread; N threads), DataParallel re-implemented with threads as in
-           notebook 01 (one process, N replicas), DDP on 1..N ranks, same global batch;
+  scaling  two models, the same global batch for every variant: "matmul" (an MLP: a few
+           large matmuls) and "python" (each sample through small layers with Python between
+           them). 1 process (1 thread; N threads: matmul only), DataParallel re-implemented
+           with threads as in notebook 01 (outputs gathered, loss, reduction and step on
+           device 0), DDP on 1..N ranks (python: N ranks only);
   sweep    efficiency over batch per rank (compute/communication ratio), 1 process vs N ranks;
   buckets  --layers x Linear(256, 256): per-parameter blocking / async all-reduce, one flat
-           all-reduce, DDP with each --bucket-caps value, gradient_as_bucket_view=True;
+           all-reduce, DDP with its default buckets and with each --bucket-caps value, and
+           gradient_as_bucket_view=True at the default; the buckets each DDP really made;
   profile  torch.profiler trace of one DDP step (rank 0): chrome trace + timeline events.
 """
 
 import argparse
 import copy
 import json
+import math
 import os
 
 # idle OpenMP threads sleep instead of spinning: a rank's spare threads must not steal the
@@ -44,6 +49,32 @@ def mlp(width, depth, classes=10):
     return nn.Sequential(*layers, nn.Linear(width, classes))
 
 
+class PythonHeavy(nn.Module):
+    """Each sample through small layers, with Python arithmetic between them (per-sample
+    control flow, as custom research code has): most of its time is the interpreter's."""
+
+    def __init__(self, width=16, layers=8, gate_terms=512, classes=10):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.head = nn.Linear(width, classes)
+        self.terms = gate_terms
+
+    def forward(self, x):
+        outs = []
+        for sample in x.split(1):  # Python work grows with the batch: DDP's ranks split it
+            h = sample
+            for i, layer in enumerate(self.layers):
+                v = h[0, i % h.shape[1]].item()  # a value of this sample, read into Python
+                gate = sum(math.cos(v * j) for j in range(self.terms)) / self.terms
+                h = h + gate * torch.tanh(layer(h))
+            outs.append(h)
+        return self.head(torch.cat(outs))
+
+
+def loss_of(out, y):
+    return F.cross_entropy(out, y) if out.shape[1] == 10 else out.square().mean()
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -60,18 +91,18 @@ class Trainer:
 
     def step(self):
         self.opt.zero_grad(set_to_none=True)
-        out = self.model(self.x)
-        loss = F.cross_entropy(out, self.y) if out.shape[1] == 10 else out.square().mean()
-        loss.backward()
+        loss_of(self.model(self.x), self.y).backward()
         if self.reduce:  # hand-made gradient averaging (the DDP variants do it in backward)
             self.reduce(self.model)
         self.opt.step()
 
 
 def dp_step_fn(model, batch, width, replicas, device):
-    """DataParallel's step, re-implemented with threads in one process (notebook 01):
-    scatter the batch, replicate the weights, forward/backward on each replica's thread,
-    reduce the gradients onto replica 0, step there."""
+    """DataParallel's step, re-implemented with threads in one process: notebook 01's
+    rebuilt_dp_step without its ledger. Scatter the batch, replicate the weights, forward on
+    each replica's thread, gather the outputs on device 0 and compute the loss there, scatter
+    its gradient back, backward on each replica's thread, reduce the gradients onto device 0,
+    step there. Only the two parallel phases use the threads."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(batch, width, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
@@ -79,18 +110,20 @@ def dp_step_fn(model, batch, width, replicas, device):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        copies = [model] + [copy.deepcopy(model) for _ in range(1, replicas)]  # replicate
-        chunks = list(zip(x.chunk(replicas), y.chunk(replicas), strict=True))  # scatter
-
-        def work(k):
-            xs, ys = chunks[k]
-            (F.cross_entropy(copies[k](xs), ys) * len(xs) / len(x)).backward()
-
-        list(pool.map(work, range(replicas)))
-        for replica in copies[1:]:  # reduce onto replica 0
+        chunks = list(x.chunk(replicas))  # scatter: chunk k copied to device k
+        chunks = chunks[:1] + [c.clone() for c in chunks[1:]]
+        n = len(chunks)
+        copies = [model] + [copy.deepcopy(model) for _ in range(1, n)]  # replicate
+        outs = list(pool.map(lambda k: copies[k](chunks[k]), range(n)))  # parallel_apply
+        gathered = torch.cat([o.detach() for o in outs]).requires_grad_()  # gather on device 0
+        loss_of(gathered, y).backward()  # the loss on device 0, over the whole batch
+        grads = list(gathered.grad.chunk(n))  # its gradient scattered back
+        grads = grads[:1] + [g.clone() for g in grads[1:]]
+        list(pool.map(lambda k: outs[k].backward(grads[k]), range(n)))  # parallel backward
+        for replica in copies[1:]:  # reduce: every replica's gradients copied to device 0
             for p, q in zip(model.parameters(), replica.parameters(), strict=True):
-                p.grad += q.grad
-        opt.step()
+                p.grad += q.grad.clone()
+        opt.step()  # on device 0 only
 
     return step
 
@@ -177,43 +210,55 @@ def saved_bytes_per_sample(model, width, device, batch=8):
     return sum(total) / batch  # (an upper bound: the input and weights are counted too)
 
 
-def part_scaling(args, device, rank, world, groups):
+def scaling_model(args, name):
+    """(model, input width, batch per rank) of one of the two scaling models."""
+    if name == "matmul":
+        return mlp(args.width, args.depth), args.width, args.batch
+    return PythonHeavy(args.py_width, args.py_layers, args.py_gate), args.py_width, args.py_batch
+
+
+def part_scaling(args, device, rank, world, groups, name):
     torch.manual_seed(0)
-    base = mlp(args.width, args.depth).to(device)
-    gbatch = args.batch * world  # the same global batch for every variant
+    model, width, batch = scaling_model(args, name)
+    base = model.to(device)
+    gbatch = batch * world  # the same global batch for every variant
     variants = {}
-    solo = Trainer(copy.deepcopy(base), gbatch, args.width, device)
+    solo = Trainer(copy.deepcopy(base), gbatch, width, device)
     variants["1 process, 1 thread"] = (solo.step, {0})
-    solo_n = Trainer(copy.deepcopy(base), gbatch, args.width, device)
-
-    def solo_all_threads():
-        torch.set_num_threads(args.threads * world)
-        solo_n.step()
-        torch.set_num_threads(args.threads)
-
     steps = steps_for(solo.step, {0}, args.target_s, device)
-    # first, alone: changing the thread count after DP's threads have run can hang OpenMP
-    threads = timed_rounds({"1 process, 1 thread": (solo.step, {0}),
-                            f"1 process, {args.threads * world} threads": (solo_all_threads, {0})},
-                           steps, args.rounds, device, rank)
+    threads = {}
+    if name == "matmul":  # threads help kernels; for the python model they would not
+        solo_n = Trainer(copy.deepcopy(base), gbatch, width, device)
+
+        def solo_all_threads():
+            torch.set_num_threads(args.threads * world)
+            solo_n.step()
+            torch.set_num_threads(args.threads)
+
+        # first, alone: changing the thread count after DP's threads have run can hang OpenMP
+        threads = timed_rounds({"1 process, 1 thread": (solo.step, {0}),
+                                f"1 process, {args.threads * world} threads":
+                                    (solo_all_threads, {0})},
+                               steps, args.rounds, device, rank)  # fmt: skip
     if device.type == "cpu" or torch.cuda.device_count() < 2:
         variants[f"DP re-implemented, {world} replicas"] = (
-            dp_step_fn(copy.deepcopy(base), gbatch, args.width, world, device), {0})
+            dp_step_fn(copy.deepcopy(base), gbatch, width, world, device), {0})
     else:  # the real nn.DataParallel over every visible GPU (rank 0 alone drives them)
-        dp = Trainer(nn.DataParallel(copy.deepcopy(base)), gbatch, args.width, device)
+        dp = Trainer(nn.DataParallel(copy.deepcopy(base)), gbatch, width, device)
         variants[f"DataParallel, {torch.cuda.device_count()} GPUs"] = (dp.step, {0})
-    for n, group in groups.items():
+    for n in range(1, world + 1) if name == "matmul" else [world]:
         if rank < n:
-            ddp = DDP(copy.deepcopy(base), process_group=group,
+            ddp = DDP(copy.deepcopy(base), process_group=groups[n],
                       device_ids=[device.index] if device.type == "cuda" else None)
             variants[f"DDP {n} rank{'s' * (n > 1)}"] = (
-                Trainer(ddp, gbatch // n, args.width, device).step, set(range(n)))
+                Trainer(ddp, gbatch // n, width, device).step, set(range(n)))
         else:
             variants[f"DDP {n} rank{'s' * (n > 1)}"] = (None, set(range(n)))
     seconds = timed_rounds(variants, steps, args.rounds, device, rank)
-    return {"global_batch": gbatch, "steps": steps, "seconds": seconds, "threads": threads,
-            "params": sum(p.numel() for p in base.parameters()),
-            "activation_bytes_per_sample": saved_bytes_per_sample(base, args.width, device)}
+    return {"model": name, "global_batch": gbatch, "steps": steps, "seconds": seconds,
+            "threads": threads, "params": sum(p.numel() for p in base.parameters()),
+            "tensors": len(list(base.parameters())),
+            "activation_bytes_per_sample": saved_bytes_per_sample(base, width, device)}
 
 
 def part_sweep(args, device, rank, world, groups):
@@ -233,6 +278,16 @@ def part_sweep(args, device, rank, world, groups):
     return points
 
 
+def buckets_made(ddp):
+    """The gradient buckets DDP really uses (bytes each), read from its reducer (a private
+    method: None if this torch lacks it). DDP rebuilds them after its first step."""
+    try:
+        return [b.buffer().numel() * b.buffer().element_size()
+                for b in ddp.reducer._get_zeros_like_grad_buckets()]
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def part_buckets(args, device, rank, world):
     torch.manual_seed(0)
     base = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
@@ -245,17 +300,22 @@ def part_buckets(args, device, rank, world):
     m = copy.deepcopy(base)
     variants["per-parameter, async in backward"] = trainer(m, AsyncPerParameter(m))
     variants["one flat all-reduce"] = trainer(copy.deepcopy(base), one_flat_all_reduce)
+    # the default (bucket_cap_mb=None): a small first bucket (1 MiB), then 25 MiB ones. An
+    # explicit bucket_cap_mb, even 25, gives every bucket that cap (_BucketCapacityConfig)
+    variants["DDP default buckets"] = trainer(DDP(copy.deepcopy(base), device_ids=ids))
     for cap in args.bucket_caps:
         variants[f"DDP bucket_cap_mb={cap:g}"] = trainer(
             DDP(copy.deepcopy(base), device_ids=ids, bucket_cap_mb=cap))
-    variants["DDP bucket_cap_mb=25, gradient_as_bucket_view"] = trainer(
+    variants["DDP default buckets, gradient_as_bucket_view"] = trainer(
         DDP(copy.deepcopy(base), device_ids=ids, gradient_as_bucket_view=True))
-    steps = steps_for(variants["DDP bucket_cap_mb=25, gradient_as_bucket_view"].step,
-                      set(range(world)), args.target_s / 2, device)
+    steps = steps_for(variants["DDP default buckets"].step, set(range(world)),
+                      args.target_s / 2, device)
     seconds = timed_rounds({k: (t.step, set(range(world))) for k, t in variants.items()},
                            steps, args.rounds, device, rank)
+    buckets = {k: buckets_made(t.model) for k, t in variants.items() if k.startswith("DDP")}
     return {"tensors": len(list(base.parameters())), "steps": steps, "seconds": seconds,
-            "grad_bytes": 4 * sum(p.numel() for p in base.parameters())}
+            "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),
+            "bucket_bytes": buckets}
 
 
 def part_profile(args, device, rank, out):
@@ -298,11 +358,16 @@ def main():
     parser.add_argument("--width", type=int, default=512, help="MLP width (scaling, sweep)")
     parser.add_argument("--depth", type=int, default=4, help="hidden layers of the MLP")
     parser.add_argument("--batch", type=int, default=256, help="batch per rank (scaling)")
+    parser.add_argument("--py-width", type=int, default=16, help="python model: layer width")
+    parser.add_argument("--py-layers", type=int, default=8, help="python model: layers")
+    parser.add_argument("--py-gate", type=int, default=512, help="python model: Python terms")
+    parser.add_argument("--py-batch", type=int, default=None,
+                        help="batch per rank (python model; default: 16, at most --batch)")
     parser.add_argument("--sweep-width", type=int, default=512, help="MLP width (sweep)")
     parser.add_argument("--sweep-batches", default="2,16,128,1024", help="batch per rank")
     parser.add_argument("--layers", type=int, default=50, help="Linear(256, 256) layers")
     parser.add_argument("--bucket-batch", type=int, default=32)
-    parser.add_argument("--bucket-caps", default="1,5,25,100", help="bucket_cap_mb values")
+    parser.add_argument("--bucket-caps", default="0.25,1,4,16", help="bucket_cap_mb values")
     parser.add_argument("--profile-bucket-mb", type=float, default=1)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
     parser.add_argument("--target-s", type=float, default=0.3, help="seconds per measurement")
@@ -310,6 +375,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
+    args.py_batch = args.py_batch or min(16, args.batch)
     args.sweep_batches = [int(b) for b in args.sweep_batches.split(",")]
     args.bucket_caps = [float(c) for c in args.bucket_caps.split(",")]
     parts = args.parts.split(",")
@@ -332,7 +398,8 @@ def main():
                "torch": torch.__version__, "cpus": os.cpu_count(),
                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     os.makedirs(args.out, exist_ok=True)
-    run = {"scaling": lambda: part_scaling(args, device, rank, world, groups),
+    run = {"scaling": lambda: {name: part_scaling(args, device, rank, world, groups, name)
+                               for name in ("matmul", "python")},
            "sweep": lambda: part_sweep(args, device, rank, world, groups),
            "buckets": lambda: part_buckets(args, device, rank, world),
            "profile": lambda: part_profile(args, device, rank, args.out)}
@@ -350,9 +417,11 @@ def main():
     if rank == 0:
         metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r]} for r in range(world)]
         metrics["load_average_after"] = list(os.getloadavg())
-        for part in ("scaling", "buckets"):
-            for name, s in metrics.get(part, {}).get("seconds", {}).items():
-                print(f"{part:8} {name:48} {statistics.median(s) * 1e3:9.2f} ms/step")
+        tables = [(f"{k:8}", v) for k, v in metrics.get("scaling", {}).items()]
+        tables += [("buckets ", metrics["buckets"])] if "buckets" in metrics else []
+        for label, table in tables:
+            for name, s in table["seconds"].items():
+                print(f"{label} {name:48} {statistics.median(s) * 1e3:9.2f} ms/step")
         for p in metrics.get("sweep", []):
             one, many = (statistics.median(s) for s in p["seconds"].values())
             print(f"sweep    batch/rank {p['batch_per_rank']:5}: efficiency {one / many:.2f}")
