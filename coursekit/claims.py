@@ -15,7 +15,8 @@ this machine does not take still fails here, not on the class server.
     coursekit.save_results(stem, figures, setup, claims=claims)
 
 A condition is one or more comparisons joined by ``and``: ``name OP value``, where OP is
-one of < <= > >= == != and value is a number or another figure's name. That is all a
+one of < <= > >= == != and value is a number, another figure's name, or a number times a
+figure's name (``ddp <= 2 * floor``). That is all a
 results file needs to let anyone re-check a claim from its figures (:func:`evaluate`).
 """
 
@@ -29,7 +30,9 @@ from dataclasses import asdict, dataclass
 
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
              "<": operator.lt, ">": operator.gt}  # fmt: skip
-_COMPARISON = re.compile(r"^\s*([A-Za-z_]\w*)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+_COMPARISON = re.compile(
+    r"^\s*([A-Za-z_]\w*)\s*(<=|>=|==|!=|<|>)\s*(?:([0-9.eE+-]+)\s*\*\s*)?(\S+)\s*$"
+)
 
 
 def _operand(token: str, figures: dict, condition: str) -> object:
@@ -50,10 +53,13 @@ def evaluate(condition: str, figures: dict) -> bool:
         match = _COMPARISON.match(part)
         if not match:
             raise ValueError(f"condition {condition!r}: {part.strip()!r} is not 'name OP value' "
+                             "(value: a number, a figure's name, or NUMBER * name) "
                              f"with OP one of {' '.join(OPERATORS)}")  # fmt: skip
-        left, op, right = match.groups()
-        held &= bool(OPERATORS[op](_operand(left, figures, condition),
-                                   _operand(right, figures, condition)))  # fmt: skip
+        left, op, factor, right = match.groups()
+        value = _operand(right, figures, condition)
+        if factor is not None:
+            value = float(factor) * value
+        held &= bool(OPERATORS[op](_operand(left, figures, condition), value))
     return held
 
 

@@ -29,6 +29,8 @@ def test_conditions_compare_figures_with_numbers_and_with_each_other():
     assert coursekit.evaluate("a < b and b <= 3 and ok == True", figures) is True
     assert coursekit.evaluate("a >= b", figures) is False
     assert coursekit.evaluate("a != 2", figures) is False
+    assert coursekit.evaluate("b <= 1.5 * a and b > 2 * a", figures) is False
+    assert coursekit.evaluate("b <= 1.5 * a", figures) is True
     with pytest.raises(KeyError, match="'c', which is not a figure"):
         coursekit.evaluate("a < c", figures)
     with pytest.raises(ValueError, match="not 'name OP value'"):

@@ -1,7 +1,8 @@
 """The instructor's HTML report that the verify command writes, read as a file and in a browser.
 
-One verify run over a copy of the course plus a notebook that fails on purpose: 00 passes
-(with its plot), 99 fails in a known cell, and every other notebook is listed as not run.
+One verify run over a copy of the course plus two planted notebooks: 00 passes (with its
+plot), 98 passes with a claim that does not hold, 99 fails in a known cell, and every other
+notebook is listed as not run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,26 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python
 PARAMETERS = 'DEVICE = "auto"\nNPROC = None\nSMOKE = False\nTIMEOUT_S = 300\nRESULTS_DIR = "r"'
 
 
+CLAIM_NOT_HELD = """import coursekit
+setup = coursekit.configure(DEVICE=DEVICE, NPROC=NPROC, TIMEOUT_S=TIMEOUT_S,
+                            RESULTS_DIR=RESULTS_DIR, SMOKE=SMOKE)
+claims = coursekit.Claims()
+claims.check("planted claim 7c3a", "x > 1", otherwise="planted truth 9b2d, x = {x}", x=0.5)
+coursekit.save_results("98_claim_differs", {"x": 0.5}, setup, claims=claims)"""
+
+
+def test_report_lists_the_claims_that_did_not_hold(verified):
+    build, _ = verified
+    page = (build / "report.html").read_text()
+    table = page[page.index('<table id="claims-not-held">'):]
+    table = table[: table.index("</table>")]
+    assert "98_claim_differs" in table and "planted claim 7c3a" in table
+    assert "planted truth 9b2d, x = 0.5" in table
+    rows = {r["notebook"]: r for r in json.loads((build / "verify.json").read_text())["notebooks"]}
+    not_held = rows["98_claim_differs"]["claims_not_held"]
+    assert [c["text"] for c in not_held] == ["planted claim 7c3a"]
+
+
 @pytest.fixture(scope="module")
 def verified(tmp_path_factory):
     course = tmp_path_factory.mktemp("course")
@@ -34,15 +55,22 @@ def verified(tmp_path_factory):
         nbformat.v4.new_code_cell("fraction = 1 / 0  # planted failure 5e1d"),
     ], metadata={"kernelspec": KERNELSPEC})  # fmt: skip
     nbformat.write(failing, course / "notebooks" / "99_fails_on_purpose.ipynb")
+    differs = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(PARAMETERS, metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(CLAIM_NOT_HELD),
+    ], metadata={"kernelspec": KERNELSPEC})  # fmt: skip
+    nbformat.write(differs, course / "notebooks" / "98_claim_differs.ipynb")
     build = course / "build"
     proc = subprocess.run(
         [sys.executable, "-m", "coursekit.verify", "--smoke", "--build", str(build),
-         "--notebooks-dir", str(course / "notebooks"), "00", "99"],
+         "--notebooks-dir", str(course / "notebooks"), "00", "98", "99"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr  # 99 fails, as planted
     assert f"report for the instructor: {build / 'report.html'}" in proc.stdout
+    assert "98_claim_differs: NOT HERE: planted claim 7c3a" in proc.stdout
+    assert "true here: planted truth 9b2d, x = 0.5" in proc.stdout
     return build, sorted((course / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -60,10 +88,10 @@ def test_report_shows_status_figures_plots_and_the_failing_cell(verified):
     page = (build / "report.html").read_text()
     rows = dict(re.findall(r'<tr id="row-([^"]+)" class="notebook-row">(.*?)</tr>', page))
     assert sorted(rows) == [nb.stem for nb in notebooks]
-    assert ">passed<" in rows["00_environment_check"]
+    assert ">passed<" in rows["00_environment_check"] and ">passed<" in rows["98_claim_differs"]
     assert ">failed<" in rows["99_fails_on_purpose"]
     assert "cell 1: ZeroDivisionError" in rows["99_fails_on_purpose"]
-    for stem in rows.keys() - {"00_environment_check", "99_fails_on_purpose"}:
+    for stem in rows.keys() - {"00_environment_check", "98_claim_differs", "99_fails_on_purpose"}:
         assert ">not run<" in rows[stem]
     failed = page[page.index('<section id="nb-99_fails_on_purpose">'):]
     assert "fraction = 1 / 0  # planted failure 5e1d" in failed  # the failing cell's source
