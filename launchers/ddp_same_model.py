@@ -1,6 +1,11 @@
-"""Notebook 01's model under DDP: every rank reports its peak memory, to compare with DataParallel.
+"""Notebook 01's model under DDP: every rank reports its memory, to compare with DataParallel.
 
     torchrun --nproc-per-node 2 launchers/ddp_same_model.py --steps 5
+
+Each rank reports the tensor bytes of its step by kind (weights, gradients, DDP's gradient
+buckets, optimizer state, its share of the batch, what autograd saves, outputs and their
+gradient: the same accounting as notebook 01's ledger), its peak resident memory (RSS: what
+the OS sees, allocator caches and libraries included) and, on a GPU, the allocator's peak.
 """
 
 import argparse
@@ -21,6 +26,23 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 def peak_rss_bytes():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def nbytes(tensors):
+    return sum(t.nbytes for t in tensors if t is not None)
+
+
+def saved_bytes(known):
+    """A hook that sums the bytes autograd saves for backward, skipping storages in `known`."""
+    saved = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in known:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    return saved, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
 def main():
@@ -55,23 +77,39 @@ def main():
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01, momentum=0.9)
     per_rank = args.batch_size // world_size  # each rank: its own share of the global batch
     data = torch.Generator().manual_seed(1000 + rank)
-    losses = []
+    losses, held = [], {}
     for _ in range(args.steps):
         x = torch.randn(per_rank, args.in_features, generator=data).to(device)
         y = torch.randint(args.classes, (per_rank,), generator=data).to(device)
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(ddp_model(x), y)
+        known = {t.untyped_storage().data_ptr() for t in [x, y, *model.parameters()]}
+        saved, hooks = saved_bytes(known)  # count what the forward and the loss keep
+        with hooks:
+            out = ddp_model(x)
+            loss = F.cross_entropy(out, y)
+        out.register_hook(lambda g: held.update({"output grads": g.nbytes}))
         loss.backward()  # all-reduce of the gradients: no device collects the others' work
         optimizer.step()  # every rank steps its own replica
         losses.append(loss.item())
+        held.update({"weights": nbytes(model.parameters()),
+                     "gradients": nbytes(p.grad for p in model.parameters()),
+                     "optimizer state": nbytes(v for st in optimizer.state.values()
+                                               for v in st.values() if torch.is_tensor(v)),
+                     "batch": nbytes([x, y]), "activations": sum(saved.values()),
+                     "outputs": out.nbytes})
+    # DDP's buckets: a second copy of the gradients, unless gradient_as_bucket_view=True
+    logging = ddp_model._get_ddp_logging_data()
+    buckets = sum(int(b) for b in str(logging.get("bucket_sizes", "")).split(",") if b)
+    held["DDP buckets"] = 0 if logging.get("gradient_as_bucket_view") else buckets
     if rank == 0:
         print(f"{args.steps} steps, global batch {per_rank * world_size}, loss {losses[-1]:.4f}")
 
     cuda_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     record = {"rank": rank, "rss_before_model": rss_before, "peak_rss": peak_rss_bytes(),
-              "cuda_peak": cuda_peak}
-    print(f"rank {rank}: peak RSS {record['peak_rss'] / 2**20:.0f} MB "
-          f"(+{(record['peak_rss'] - rss_before) / 2**20:.0f} MB over its start)")
+              "cuda_peak": cuda_peak, "tensor_bytes": held}
+    print(f"rank {rank}: tensors {sum(held.values()) / 2**20:.1f} MB, peak RSS "
+          f"{record['peak_rss'] / 2**20:.0f} MB (+{(record['peak_rss'] - rss_before) / 2**20:.0f} "
+          "MB over its start)")
     gathered = [None] * world_size
     dist.gather_object(record, gathered if rank == 0 else None)
     if rank == 0:

@@ -23,6 +23,13 @@ def ks(results):
     return [int(k) for k in results["ks"].split(",")]
 
 
+def claim_with(results, condition):
+    """The one claim of the results file made on ``condition``."""
+    found = [c for c in results["claims"] if c["condition"] == condition]
+    assert len(found) == 1, f"claims on {condition!r}: {found}"
+    return found[0]
+
+
 def test_device0_holds_more_than_every_other_device_and_more_so_with_k(reference_run):
     r = reference_run
     multi = [k for k in ks(r) if k > 1]
@@ -33,8 +40,18 @@ def test_device0_holds_more_than_every_other_device_and_more_so_with_k(reference
     assert ratios == sorted(ratios) and ratios[-1] > ratios[0]
 
 
+def test_device0_carries_more_model_state_than_outputs_for_this_model(reference_run):
+    """The notebook's text says the model state, not the outputs, dominates device 0 here."""
+    r = reference_run
+    assert r["ledger_dev0_state_bytes_kmax"] > r["ledger_dev0_output_bytes_kmax"] > 0
+    assert claim_with(r, "state_mb > out_mb")["held"] is True
+
+
 def test_rebuilt_dp_computes_the_same_gradients(reference_run):
-    assert reference_run["rebuilt_grad_max_diff"] < 1e-5
+    """In float64: the chunks' different summation order costs ~1e-16 relative on any CPU."""
+    r = reference_run
+    assert r["rebuilt_grad_max_diff"] < 1e-10 * r["rebuilt_grad_max_abs"]
+    assert claim_with(r, "relative < 1e-10")["held"] is True
 
 
 def test_calculator_within_10_percent_of_the_ledger(reference_run):
@@ -46,28 +63,23 @@ def test_calculator_within_10_percent_of_the_ledger(reference_run):
             assert r[f"calc_ratio_k{k}"] == pytest.approx(r[f"ledger_ratio_k{k}"], rel=0.10)
 
 
-def test_serial_share_grows_with_k(reference_run):
+def test_timings_are_claims_not_bounds(reference_run):
+    """The serial share and the GIL's threads-vs-processes race are timings: the notebook
+    states them as claims on the figures it records (conftest checks held == the figures),
+    whichever way this machine's cores made them go."""
     r = reference_run
     kmax = max(ks(r))
-    # K=1 has nothing to replicate or reduce; at the largest K both cost a copy per device
-    assert r[f"serial_share_k{kmax}"] > r["serial_share_k1"]
-
-
-def test_gil_threads_vs_processes(reference_run):
-    r = reference_run
-    if min(r["gil_processes_matmul"], r["gil_processes_tiny"]) < 1.3:
-        pytest.skip(
-            "no spare core was free during the measurement (2 processes only "
-            f"x{r['gil_processes_matmul']:.2f} and x{r['gil_processes_tiny']:.2f}): "
-            "a threads-vs-processes comparison needs one"
-        )
-    # tiny Python-level ops: processes clearly beat threads (the GIL serialises the threads)
-    assert r["gil_processes_tiny"] > 1.2 * r["gil_threads_tiny"]
-    # large matmuls: threads lose far less to processes (torch releases the GIL in its kernels)
-    tiny_loss = r["gil_processes_tiny"] / r["gil_threads_tiny"]
-    matmul_loss = r["gil_processes_matmul"] / r["gil_threads_matmul"]
-    assert tiny_loss > 1.2 * matmul_loss
-    assert r["gil_threads_matmul"] > r["gil_threads_tiny"]
+    serial = claim_with(r, "last > first")
+    assert serial["figures"]["first"] == pytest.approx(r["serial_share_k1"])
+    assert serial["figures"]["last"] == pytest.approx(r[f"serial_share_k{kmax}"])
+    gil = claim_with(r, "processes > threads")["figures"]
+    assert gil["processes"] == pytest.approx(r["gil_processes_tiny"])
+    assert gil["threads"] == pytest.approx(r["gil_threads_tiny"])
+    kept = claim_with(r, "mm_kept > tiny_kept")["figures"]
+    assert kept["mm_kept"] == pytest.approx(r["gil_threads_matmul"] / r["gil_processes_matmul"])
+    for name in ("gil_threads_matmul", "gil_processes_matmul", "gil_threads_tiny",
+                 "gil_processes_tiny"):
+        assert r[name] > 0
 
 
 def test_batchnorm_trap(reference_run):
@@ -77,11 +89,21 @@ def test_batchnorm_trap(reference_run):
     assert r["bn_running_mean_diff_unshuffled"] > 1e-3
 
 
-def test_ddp_ranks_are_balanced(reference_run):
+def test_ddp_ranks_are_balanced_and_counted_like_the_ledger(reference_run):
+    """Tensor bytes per rank (the ledger's accounting), not RSS, are what the figure compares
+    with DP's devices; RSS balance is a claim (allocators differ)."""
     r = reference_run
     assert r["ddp_world_size"] == r["nproc"]
-    assert r["ddp_balance_max_over_min"] < 1.25
-    assert r["ddp_rank0_mem_bytes"] > 0
+    assert r["ddp_tensor_balance_max_over_min"] < 1.05  # only the batch's split may differ
+    assert r["ddp_rank0_mem_bytes"] > 0 and r["ddp_rank0_tensor_bytes"] > 0
+    assert r["ddp_calc_error"] < 0.10  # the calculator's DDP figure, against the ranks' count
+    # DP's device 0 against the busiest DDP rank: measured on the side the calculator says
+    # (tensor bytes on the cpu tier: the same on every CPU)
+    if r["tier"] == "cpu" and r["ddp_world_size"] > 1:
+        assert claim_with(r, "same_side == True")["held"] is True
+        assert claim_with(r, "ddp_min > dp_other")["held"] is True
+    level = claim_with(r, "tensor_balance < 1.05 and balance < 1.25")["figures"]
+    assert level["balance"] == pytest.approx(r["ddp_balance_max_over_min"])
 
 
 def test_nothing_is_called_a_gpu_measurement_without_a_gpu(reference_run):
@@ -98,7 +120,7 @@ def test_exercise_rejects_a_wrong_solution_with_three_ranks(tmp_path, monkeypatc
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
     r = execute_notebook("01", tmp_path, NPROC=3)
     assert r["exercise_passed"] is False
-    assert r["ddp_world_size"] == 3 and r["ddp_balance_max_over_min"] < 1.25
+    assert r["ddp_world_size"] == 3 and r["ddp_tensor_balance_max_over_min"] < 1.05
 
 
 # the calculator, on its own

@@ -71,15 +71,25 @@ def test_ring_check_accepts_the_reference_and_rejects_wrong_rings(script, passes
     assert all(c["ok"] for c in cases if c["world_size"] == 1)
 
 
+def claim_with(results, condition):
+    """The one claim of the results file made on ``condition``."""
+    found = [c for c in results["claims"] if c["condition"] == condition]
+    assert len(found) == 1, f"claims on {condition!r}: {found}"
+    return found[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
+    """What every run must show; the timings' outcomes (fit quality, prediction error, ring
+    against library, busbw against copy) are claims, each held or not by its own figures
+    (conftest checks that), never pass/fail bounds: they depend on the machine and its load."""
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it
     results = execute_notebook("02", tmp_path, NPROC=nproc)
     assert results["world_size"] == nproc and results["backend"] == "gloo"
     assert results["ranks_distinct"] is True
     assert results["collectives_as_expected"] is True
-    # the ring: every world size 1..4 and every size, against dist.all_reduce
+    # the ring: every world size 1..4 and every size, against dist.all_reduce (float64)
     assert results["exercise_passed"] is True
     assert results["ring_world_sizes_checked"] == "1,2,3,4"
     assert results["ring_cases_checked"] == 4 * 8
@@ -87,21 +97,34 @@ def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     assert results["bench_min_bytes"] <= 8 and results["bench_max_bytes"] >= 2**22
     factor = 2 * (nproc - 1) / nproc
     assert results["peak_busbw_GBps"] == pytest.approx(results["peak_busbw_algbw_GBps"] * factor)
-    assert 0 < results["peak_busbw_GBps"] < results["copy_bandwidth_GBps"]
+    assert results["peak_busbw_GBps"] > 0 and results["copy_bandwidth_GBps"] > 0
     # the alpha-beta fit, over sizes around the gradients it then predicts
-    assert results["alpha_us"] > 0 and results["beta_GBps"] > 0
+    assert results["beta_GBps"] > 0  # the fit refuses a line without a bandwidth term
     assert results["fit_min_bytes"] <= results["grad_bytes"] <= results["fit_max_bytes"]
-    assert results["fit_rms_rel_error"] < 0.3
     predicted, measured = results["grad_predicted_ms"], results["grad_measured_ms"]
     error = abs(predicted - measured) / measured
     assert results["grad_prediction_rel_error"] == pytest.approx(error)
-    assert results["grad_prediction_rel_error"] <= 0.30, (predicted, measured)
-    # one call per tensor costs more than one bucket (alpha per call), predicted and measured
-    assert results["grad_per_tensor_predicted_ms"] > predicted
-    assert results["grad_per_tensor_measured_ms"] > measured
+    # the model's per-tensor prediction is the bucket's plus alpha per extra call
+    extra_calls = results["grad_tensors"] - 1
+    assert results["grad_per_tensor_predicted_ms"] - predicted == pytest.approx(
+        extra_calls * results["alpha_us"] / 1e3)
+    assert results["grad_measured_ms"] > 0 and results["grad_per_tensor_measured_ms"] > 0
     # the hand-made ring was raced against the library on the same sizes
     assert isinstance(results["ring_vs_library_ratio"], float)
     assert results["ring_vs_library_ratio"] > 0
+    # the measured outcomes are claims, made on the figures this results file records
+    prediction = claim_with(results, "error <= 0.3")
+    assert prediction["figures"]["error"] == pytest.approx(results["grad_prediction_rel_error"])
+    assert prediction["figures"]["measured"] == pytest.approx(measured)
+    fit = claim_with(results, "err < 0.3 and alpha_us > 0")
+    assert fit["figures"]["err"] == pytest.approx(results["fit_rms_rel_error"])
+    busbw = claim_with(results, "busbw < copy")
+    assert busbw["figures"]["busbw"] == pytest.approx(results["peak_busbw_GBps"])
+    assert busbw["figures"]["copy"] == pytest.approx(results["copy_bandwidth_GBps"])
+    race = claim_with(results, "at_large < at_small")
+    assert race["figures"]["at_large"] == pytest.approx(results["ring_vs_library_ratio"])
+    assert claim_with(results, "matching == ops")["held"] is True
+    assert claim_with(results, "pids == ranks and parents == 1")["held"] is True
 
 
 @pytest.mark.slow
@@ -112,4 +135,6 @@ def test_notebook_rejects_a_wrong_ring_and_still_runs(tmp_path, monkeypatch):
     assert results["exercise_passed"] is False
     assert results["ring_vs_library_ratio"].startswith("not measured")
     assert results["collectives_as_expected"] is True and results["grad_measured_ms"] > 0
+    # no ring race without a ring that passed: those claims are not made
+    assert not [c for c in results["claims"] if "at_small" in c["figures"]]
     shutil.rmtree(folder)
