@@ -10,11 +10,15 @@ from __future__ import annotations
 import importlib.metadata
 import numbers
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 DEVICES = ("auto", "cpu", "cuda")
 CPU_DEFAULT_NPROC = 2
+DEFAULT_RESULTS_DIR = "../build/results"
+# the notebooks name their launchers and results relative to notebooks/ ("../launchers/x.py")
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 class ParameterError(ValueError):
@@ -94,11 +98,35 @@ def check_parameters(DEVICE, NPROC, TIMEOUT_S, SMOKE) -> None:  # noqa: N803
         raise _fail("SMOKE", SMOKE, "use True or False")
 
 
+def enter_notebooks_dir(results_dir: str | os.PathLike) -> tuple[Path, str]:
+    """Make the kernel work in the course's notebooks/ folder, wherever it started.
+
+    papermill and some front ends start the kernel in the caller's folder, where
+    "../launchers" is not the course's. A RESULTS_DIR the caller gave stays relative to the
+    folder they gave it in; the default one is the course's build/results. Returns the
+    results folder and a note for the learner ("" when nothing had to change).
+    """
+    here = Path.cwd()
+    if (here / ".." / "launchers").is_dir() or "ipykernel" not in sys.modules:
+        return Path(results_dir), ""  # a course folder (or a copy of one), or not a notebook
+    if not (NOTEBOOKS_DIR.is_dir() and (NOTEBOOKS_DIR.parent / "launchers").is_dir()):
+        raise ParameterError(
+            f"this kernel works in {here}, and the course's notebooks/ folder is not where "
+            f"coursekit expects it ({NOTEBOOKS_DIR}): install the course with `make setup` "
+            "(an editable install of its coursekit), or run papermill with --cwd notebooks"
+        )
+    if str(results_dir) != DEFAULT_RESULTS_DIR:
+        results_dir = (here / results_dir).resolve()
+    os.chdir(NOTEBOOKS_DIR)
+    return Path(results_dir), (f"the kernel started in {here}; the notebooks name their files "
+                               f"from notebooks/, so it now works in {NOTEBOOKS_DIR}")
+
+
 def configure(
     DEVICE: str = "auto",  # noqa: N803 - the notebooks' parameter names, verbatim
     NPROC: int | None = None,  # noqa: N803
     TIMEOUT_S: float = 300,  # noqa: N803
-    RESULTS_DIR: str | os.PathLike = "../build/results",  # noqa: N803
+    RESULTS_DIR: str | os.PathLike = DEFAULT_RESULTS_DIR,  # noqa: N803
     SMOKE: bool = False,  # noqa: N803
     min_nproc: int = 1,
     quiet: bool = False,
@@ -133,7 +161,9 @@ def configure(
             note += f"; its per-GPU figures need {min_nproc} GPUs or more"
         device, tier, nproc = "cpu", "cpu", min_nproc
 
-    results_dir = Path(RESULTS_DIR)
+    results_dir, moved = enter_notebooks_dir(RESULTS_DIR)
+    if moved and not quiet:
+        print(f"note     {moved}")
     setup = Setup(
         device=device,
         tier=tier,

@@ -38,3 +38,17 @@ def test_bad_parameters_stop_the_notebook_before_any_run(
     assert time.monotonic() - start < 10
     assert caught.value.ename == "ParameterError" and message in caught.value.evalue
     assert not (tmp_path / "runs").exists(), "a run started despite the bad parameter"
+
+
+def test_a_notebook_run_from_the_course_folder_finds_its_launchers(tmp_path):
+    """papermill starts the kernel in the caller's folder unless told otherwise: an instructor
+    running `papermill notebooks/03_... out.ipynb` from the course folder."""
+    notebook = next(nb for nb in NOTEBOOKS if nb.name.startswith("03"))
+    papermill.execute_notebook(
+        str(notebook), str(tmp_path / notebook.name), kernel_name="python3", progress_bar=False,
+        parameters={"SMOKE": True, "RESULTS_DIR": "results"}, cwd=str(tmp_path),
+    )  # fmt: skip
+    # the RESULTS_DIR it was given stays relative to the folder it was given in
+    assert (tmp_path / "results" / f"{notebook.stem}.json").exists()
+    executed = (tmp_path / notebook.name).read_text()
+    assert "so it now works in" in executed
