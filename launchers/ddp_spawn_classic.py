@@ -1,9 +1,14 @@
-"""The classic minimal DDP program: mp.spawn, one process per GPU, NCCL.
+"""The classic minimal DDP program: mp.spawn starts one process per rank, no torchrun.
 
-Run with `python launchers/ddp_spawn_classic.py` (not torchrun: it starts its own processes).
-It needs at least one CUDA GPU; the torchrun form (ddp_first_run.py) runs anywhere.
+    python launchers/ddp_spawn_classic.py --nproc 2 --steps 60
+
+On GPUs: one process per GPU, NCCL (at most one rank per GPU). On CPUs: N processes, gloo.
+It trains the same model on the same data as the torchrun form (ddp_first_run.py), so the
+two forms can be compared number for number: each rank prints its last loss and a checksum
+of its parameters (all its digits).
 """
 
+import argparse
 import os
 import socket
 import sys
@@ -16,31 +21,50 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-def worker(rank, world_size, port):
+def worker(rank, world_size, port, steps, device_type):
     os.environ["MASTER_ADDR"] = "127.0.0.1"  # where rank 0 waits for the others
     os.environ["MASTER_PORT"] = str(port)  # the same free port for every rank
-    dist.init_process_group("nccl", rank=rank, world_size=world_size)
-    torch.cuda.set_device(rank)  # this process owns GPU number `rank`
+    if device_type == "cuda":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)  # first: this process owns GPU number `rank`
+        # device_id: NCCL connects the ranks here; without it, at the first collective
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
 
-    model = nn.Linear(10, 1).to(rank)
-    ddp_model = DDP(model, device_ids=[rank])  # broadcasts rank 0's weights to all ranks
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    torch.manual_seed(0)  # the same initial weights as the torchrun form
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    ddp_model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.05)
 
-    x = torch.randn(32, 10, device=rank)  # each rank: its own batch
-    y = torch.randn(32, 1, device=rank)
-    loss = nn.functional.mse_loss(ddp_model(x), y)
-    loss.backward()  # gradients are all-reduced here: EVERY rank must reach this line
-    optimizer.step()  # same averaged gradients everywhere -> replicas stay identical
-    print(f"rank {rank}: loss {loss.item():.4f}")
+    true_weights = torch.randn(20, 1, generator=torch.Generator().manual_seed(42))
+    data = torch.Generator().manual_seed(1000 + rank)  # each rank: its own samples
+    for _ in range(steps):
+        x = torch.randn(32, 20, generator=data)
+        y = x @ true_weights + 0.1 * torch.randn(32, 1, generator=data)
+        loss = nn.functional.mse_loss(ddp_model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()  # gradients are all-reduced here: EVERY rank must reach this line
+        optimizer.step()  # same averaged gradients everywhere -> replicas stay identical
+    checksum = sum(p.double().sum().item() for p in model.parameters())
+    # one write per line: the ranks share one pipe, and print() writes the newline apart
+    sys.stdout.write(f"rank {rank}: loss {loss.item():.6f} checksum {checksum!r}\n")
+    sys.stdout.flush()
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    world_size = torch.cuda.device_count()
-    if world_size == 0:
-        sys.exit("the classic form needs at least one CUDA GPU (NCCL); use the torchrun form")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nproc", type=int, default=torch.cuda.device_count() or 2)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    if args.device == "cuda" and not 1 <= args.nproc <= torch.cuda.device_count():
+        sys.exit(f"--nproc {args.nproc}: NCCL needs a GPU of its own per rank, and "
+                 f"{torch.cuda.device_count()} are visible (use --device cpu for gloo)")
     with socket.socket() as s:  # ask the operating system for a free port
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(world_size, port), nprocs=world_size)
+    mp.spawn(worker, args=(args.nproc, port, args.steps, args.device), nprocs=args.nproc)
