@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab bench bench-ddp site reset clean
+.PHONY: setup verify test lint lab bench bench-ddp gpu-check site reset clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ bench: setup  ## overhead of the verify command over the runs it launches (see b
 bench-ddp: setup  ## DP vs DDP measured here: build/bench/<host>-<date>/report.json + plots
 	$(PY) -m coursekit.bench $(if $(SMOKE),--smoke) $(if $(NPROC),--nproc $(NPROC)) \
 		$(if $(DEVICE),--device $(DEVICE))
+
+# the first command on a GPU machine: every notebook's GPU tier at SMOKE sizes, AMP/compile/NCCL
+gpu-check: setup  ## build/gpu-check/summary.json
+	$(PY) scripts/gpu_check.py $(if $(DEVICE),--device $(DEVICE)) $(if $(ONLY),--only $(ONLY))
 
 site: setup  ## the course as a static website in build/site/, from the last verify run
 	test -f build/verify.json || $(PY) -m coursekit.verify $(VERIFY_FLAGS)

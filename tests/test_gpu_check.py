@@ -1,0 +1,41 @@
+"""scripts/gpu_check.py: the first command on a GPU machine, run here in its CPU mode."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+
+
+@pytest.mark.slow
+def test_gpu_check_in_cpu_mode_writes_a_summary_that_passes(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--only", "00", "--lanes", "1",
+         "--compile-backend", "eager", "--build", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["passed"] is True and summary["failures"] == []
+    assert summary["torch_pinned"] == "2.13.0" and summary["torch"].startswith("2.")
+    assert [r["notebook"] for r in summary["notebooks"]] == ["00_environment_check"]
+    assert summary["notebooks"][0]["status"] == "passed"
+    probes = summary["probes"]
+    assert set(probes) == {"bf16_compile", "allreduce"}  # fp16 with a GradScaler: GPUs only
+    assert probes["allreduce"]["backend"] == "gloo"
+    assert all(p["status"] == "passed" for p in probes.values())
+
+
+def test_a_failure_with_another_torch_is_told_apart_from_a_defect():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check import diagnose
+
+    error = "AttributeError: module 'torch.distributed' has no attribute 'all_gather_single'"
+    assert diagnose(error, torch_matches=False).startswith("maybe the torch version")
+    assert diagnose(error, torch_matches=True).startswith("a defect")
+    assert diagnose("AssertionError: a loss is not finite", torch_matches=False).startswith(
+        "a defect")
+    assert diagnose("", torch_matches=False) == ""
