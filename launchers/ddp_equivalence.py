@@ -34,6 +34,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # 1e-15 is expected). A difference of 1e-9 would be a million times that: a real difference.
 F64_EQUAL = 1e-9
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
 
 def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
     """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
@@ -153,20 +163,16 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        # NCCL needs a GPU per rank of this node (not of the whole job: LOCAL_WORLD_SIZE)
-        one_gpu_each = int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count()
-        backend = "nccl" if one_gpu_each else "gloo"
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         # compare DDP with one process, not two GPU kernels: by default cuDNN may pick a different
         # (nondeterministic, TF32) convolution algorithm per run, which alone moves the weights
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    else:
-        device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     if rank == 0:
         print(f"global batch B = {args.batch_size * world_size} in one process, against "

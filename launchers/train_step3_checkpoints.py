@@ -36,6 +36,17 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
     """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
     glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
@@ -130,15 +141,17 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+        # the same kernels in every run (a resumed run can then match an uninterrupted one):
+        # cuDNN's default may pick another, nondeterministic or TF32, algorithm per run
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
@@ -195,6 +208,8 @@ def main():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # GPU work is asynchronous: time it, not its launch
             now = time.perf_counter()
             step_times.append(now - tick)
             tick = now

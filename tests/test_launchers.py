@@ -1,5 +1,6 @@
 """Launchers: each equals its %%writefile cell and runs on its own under torchrun."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,26 @@ def test_classic_spawn_form():
     else:
         assert proc.returncode == 1
         assert "needs at least one CUDA GPU" in proc.stderr
+
+
+def launchers_with_a_process_group() -> list[Path]:
+    return [p for p in sorted(LAUNCHERS.glob("*.py")) if "init_process_group(" in p.read_text()]
+
+
+@pytest.mark.parametrize("launcher", launchers_with_a_process_group(), ids=lambda p: p.stem)
+def test_device_and_backend_are_chosen_in_one_place_for_every_tier(launcher):
+    """The GPU tiers cannot run here: their choice is one function that the CPU runs call too,
+    tested here for the environments of each tier (LOCAL_WORLD_SIZE, not WORLD_SIZE)."""
+    source = launcher.read_text()
+    assert "def device_and_backend(" in source, f"{launcher.name}: pick device and backend in " \
+        "device_and_backend(requested, local_rank, local_world_size, n_gpus)"
+    assert "device_id=" in source, f"{launcher.name}: pass device_id= to init_process_group"
+    spec = importlib.util.spec_from_file_location(launcher.stem, launcher)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # a launcher runs only under `if __name__ == "__main__"`
+    pick = module.device_and_backend
+    # 2 nodes x 8 GPUs: 16 ranks, 8 on this node, one GPU each
+    assert pick("cuda", 3, 8, 8) == (torch.device("cuda", 3), "nccl")
+    assert pick("cuda", 0, 2, 1) == (torch.device("cuda", 0), "gloo")  # 2 ranks share a GPU
+    assert pick("cuda", 1, 2, 1) == (torch.device("cuda", 0), "gloo")
+    assert pick("cpu", 1, 2, 0) == (torch.device("cpu"), "gloo")
