@@ -8,7 +8,11 @@ its whole process tree killed at the end) in a thread of its own. What this adds
   show a node joining a job that is already running;
 - when one agent fails or runs out of time, the others are stopped too, so nothing is
   left waiting for a partner that will never come;
-- the agents' own lines are marked ``[nodeN]``; the ranks' lines keep ``[rankR]``.
+- the agents' own lines are marked ``[nodeN]``; the ranks' lines keep ``[rankR]``;
+- on a GPU tier each pretend node gets GPUs of its own (``CUDA_VISIBLE_DEVICES``): NCCL
+  refuses two ranks on one GPU ("Duplicate GPU detected"), and on one host every node's
+  local rank 0 would otherwise take cuda:0. Where there are fewer GPUs than ranks, the
+  nodes run CPU ranks with gloo instead, and the job's ``note`` says so.
 
 The rendezvous arguments (the multi-node wiring) stay with the caller, in plain sight.
 """
@@ -37,6 +41,8 @@ class JobResult:
     errors: list[BaseException | None] = field(default_factory=list)
     lines: list[tuple[int, int | None, str]] = field(default_factory=list)  # (node, rank, text)
     seconds: float = 0.0
+    device: str = "cpu"  # what the ranks ran on
+    note: str = ""  # why the job runs on another device than the tier's, if it does
 
     @property
     def out_dir(self) -> Path:
@@ -64,6 +70,23 @@ class JobResult:
     def output(self) -> str:
         return "\n".join(f"[node{n}] {text}" if r is None else _label(r, text)
                          for n, r, text in self.lines)
+
+
+def node_devices(setup: Setup, n_nodes: int, nproc: int) -> tuple[str, list[dict], str]:
+    """The device of a job of ``n_nodes`` pretend nodes on this host, each node's environment,
+    and a note when the job cannot run on the tier's device."""
+    if setup.device != "cuda":
+        return "cpu", [{} for _ in range(n_nodes)], ""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else [str(i) for i in range(setup.n_gpus)]
+    gpus = gpus[: setup.n_gpus]
+    if len(gpus) < n_nodes * nproc:
+        return "cpu", [{} for _ in range(n_nodes)], (
+            f"{n_nodes} pretend nodes x {nproc} rank(s) need {n_nodes * nproc} GPUs, one per "
+            f"rank and none shared between nodes (NCCL refuses two ranks on one GPU); this "
+            f"machine has {len(gpus)}: the nodes run CPU ranks with gloo")
+    return "cuda", [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * nproc : (i + 1) * nproc])}
+                    for i in range(n_nodes)], ""  # fmt: skip
 
 
 def run_nodes(
@@ -96,8 +119,13 @@ def run_nodes(
     args = [str(a) for a in args]
     if "--out" not in args:
         args += ["--out", str(run_dir / "out")]
+    device, node_env, note = node_devices(setup, n_nodes, setup.nproc if nproc is None else nproc)
+    if "--device" not in args:
+        args += ["--device", device]
+    if note and echo:
+        print(f"note: {note}", flush=True)
     job = JobResult(name=name, run_dir=run_dir, nodes=[None] * n_nodes,
-                    errors=[None] * n_nodes)
+                    errors=[None] * n_nodes, device=device, note=note)
     stop = threading.Event()
     printed = threading.Lock()
     seen: list[str] = []
@@ -127,7 +155,8 @@ def run_nodes(
             job.nodes[node] = run_launcher(
                 script, args, setup=setup, nproc=nproc, timeout_s=timeout_s,
                 name=f"{name}/node{node}", rendezvous=rendezvous[node],
-                torchrun_args=torchrun_args, env=env, check=False, echo=False,
+                torchrun_args=torchrun_args, env={**node_env[node], **(env or {})},
+                check=False, echo=False,
                 on_line=lambda rank, text: line(node, rank, text), stop=stop,
             )  # fmt: skip
             if not job.nodes[node].ok:

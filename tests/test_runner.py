@@ -252,3 +252,29 @@ def test_an_abort_at_exit_after_finished_work_is_not_a_failure(tmp_path):
 def test_other_failures_stay_failures(tmp_path, rank_lines, metrics):
     run = _finished_run(tmp_path, rank_lines, metrics)
     assert not run.ok and not run.aborted_at_exit_only
+
+
+@pytest.mark.parametrize("gpus, visible, expected", [
+    (0, None, ("cpu", [{}, {}])),
+    (1, None, ("cpu", [{}, {}])),  # 2 nodes x 1 rank on 1 GPU: NCCL would refuse
+    (2, None, ("cuda", [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}])),
+    (4, "3,5,6,7", ("cuda", [{"CUDA_VISIBLE_DEVICES": "3"}, {"CUDA_VISIBLE_DEVICES": "5"}])),
+])  # fmt: skip
+def test_pretend_nodes_on_one_host_get_gpus_of_their_own(gpus, visible, expected, tmp_path,
+                                                        monkeypatch):
+    """A GPU tier's two pretend nodes must not both take cuda:0 ("Duplicate GPU detected")."""
+    from dataclasses import replace
+
+    from coursekit.nodes import node_devices
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    setup = coursekit.configure(DEVICE="cpu", RESULTS_DIR=tmp_path, quiet=True)
+    if gpus:  # what configure would have found on a machine with these GPUs
+        setup = replace(setup, device="cuda", tier="multi-gpu", nproc=1,
+                        gpu_names=[f"GPU {i}" for i in range(gpus)])
+    device, envs, note = node_devices(setup, n_nodes=2, nproc=1)
+    assert (device, envs) == expected
+    assert ("CPU ranks with gloo" in note) is (gpus == 1)
