@@ -22,7 +22,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 verify: setup  ## execute every notebook headlessly and report
 	$(PY) -m coursekit.verify $(VERIFY_FLAGS)
 
-test: setup  ## the test suite (CI runs exactly this)
+test: setup  ## the test suite (CI: .ci/run runs it, then make verify)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
