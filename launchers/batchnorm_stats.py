@@ -5,12 +5,19 @@
 One global batch of notebook 04's images, split over the ranks. For the first BatchNorm
 layer of notebook 04's CNN, each rank computes the statistics of (a) its own slice, as
 plain BatchNorm does under DDP, (b) the whole global batch, synchronised by hand with one
-all-reduce of [sum, sum of squares, count] per channel, which is what SyncBatchNorm does
-in every forward, and (c) the whole batch in one process (every rank can compute it: all
-ranks build the same global batch). On GPUs it also runs SyncBatchNorm itself.
+all-reduce of [sum, sum of squares, count] per channel (SyncBatchNorm reaches the same
+statistics another way: it all-gathers every rank's mean, invstd and count), and (c) the
+whole batch in one process (every rank can compute it: all ranks build the same batch).
+
+How close must (b) be to (c)? Exactly as close as one process is to itself: the noise
+floor is the largest difference between (c) and the statistics one process gets by adding
+the ranks' partial sums in every possible order (all of them up to 5 ranks), since an
+all-reduce adds them in one of those orders. All of it in fp32 and in float64 (the
+mathematics). On GPUs it also runs SyncBatchNorm itself.
 """
 
 import argparse
+import copy
 import json
 import os
 
@@ -20,15 +27,79 @@ import torch.nn as nn
 from train_step1_data import Net, make_dataset
 
 
-def synced_batch_stats(h):
-    """Mean and (biased) variance per channel over ALL ranks' samples: one all-reduce."""
+def sum_stats(h):
+    """[sum, sum of squares, count] per channel: what the ranks add up."""
     dims = [d for d in range(h.dim()) if d != 1]  # every dimension except the channels
     count = torch.tensor([h.numel() / h.shape[1]], dtype=h.dtype, device=h.device)
-    stats = torch.cat([h.sum(dims), (h * h).sum(dims), count])
+    return torch.cat([h.sum(dims), (h * h).sum(dims), count])
+
+
+def synced_batch_stats(h):
+    """Mean and (biased) variance per channel over ALL ranks' samples: one all-reduce."""
+    stats = sum_stats(h)
     dist.all_reduce(stats)  # sum over ranks of [sum, sum of squares, count]
     c = h.shape[1]
     mean = stats[:c] / stats[-1]
     return mean, stats[c : 2 * c] / stats[-1] - mean * mean
+
+
+def every_sum(parts):
+    """Every result of adding `parts` with float additions, in any order and grouping."""
+    if len(parts) == 1:
+        yield parts[0]
+        return
+    first, rest = parts[0], parts[1:]
+    for mask in range(2 ** len(rest) - 1):  # which of `rest` go into first's group
+        left = [first] + [p for i, p in enumerate(rest) if mask >> i & 1]
+        right = [p for i, p in enumerate(rest) if not mask >> i & 1]
+        for a in every_sum(left):
+            for b in every_sum(right):
+                yield a + b
+
+
+def noise_floor(conv, x, world_size, single_mean, single_var):
+    """How far one process's own statistics move when it adds the same sums in other orders:
+    (largest mean difference, largest variance difference) against `single_*`."""
+    parts = [sum_stats(conv(chunk)) for chunk in x.chunk(world_size)]  # as each rank has it
+    if world_size <= 5:
+        totals = list(every_sum(parts))
+    else:  # too many orders: the rings, both ways round
+        rings = [parts[i:] + parts[:i] for i in range(world_size)]
+        totals = [sum(r[1:], r[0]) for r in rings + [r[::-1] for r in rings]]
+    totals = torch.stack(totals + [sum_stats(conv(x))])  # and the whole batch at once
+    c, count = len(single_mean), totals[0, -1]
+    means = totals[:, :c] / count  # the mean from every order of the sums
+    squares = totals[:, c : 2 * c] / count
+    # an all-reduce may add the sums in one order and the squares in another: every pair
+    variances = squares[None, :, :] - means[:, None, :] * means[:, None, :]
+    return diff(means, single_mean), diff(variances, single_var)
+
+
+def diff(a, b):
+    return (a - b).abs().max().item()
+
+
+def compare(model, x, rank, world_size, device):
+    """Own-slice, hand-synced and one-process statistics of the first BatchNorm's input."""
+    conv = model.features[0][0]  # the first conv; BatchNorm normalises its output
+    x = x.to(device, model_dtype(model))
+    mine = x.chunk(world_size)[rank]  # this rank's slice
+    with torch.no_grad():
+        h_local, h_all = conv(mine), conv(x)
+        local_mean, local_var = h_local.mean((0, 2, 3)), h_local.var((0, 2, 3), unbiased=False)
+        synced_mean, synced_var = synced_batch_stats(h_local)
+        single_mean, single_var = h_all.mean((0, 2, 3)), h_all.var((0, 2, 3), unbiased=False)
+        floor_mean, floor_var = noise_floor(conv, x, world_size, single_mean, single_var)
+    return {"local_mean_diff": diff(local_mean, single_mean),
+            "local_var_diff": diff(local_var, single_var),
+            "synced_mean_diff": diff(synced_mean, single_mean),
+            "synced_var_diff": diff(synced_var, single_var),
+            "floor_mean": floor_mean, "floor_var": floor_var,
+            "local_mean_ch0": local_mean[0].item(), "single_mean_ch0": single_mean[0].item()}
+
+
+def model_dtype(model):
+    return next(model.parameters()).dtype
 
 
 def main():
@@ -52,29 +123,17 @@ def main():
 
     torch.manual_seed(0)
     model = Net().to(device)
-    conv = model.features[0][0]  # the first conv; BatchNorm normalises its output
     x, _ = make_dataset(args.global_batch, seed=1)  # the same global batch on every rank
     mine = x.chunk(world_size)[rank].to(device)  # this rank's slice
-    with torch.no_grad():
-        h_local, h_all = conv(mine), conv(x.to(device))
-        local_mean, local_var = h_local.mean((0, 2, 3)), h_local.var((0, 2, 3), unbiased=False)
-        synced_mean, synced_var = synced_batch_stats(h_local)
-        single_mean, single_var = h_all.mean((0, 2, 3)), h_all.var((0, 2, 3), unbiased=False)
-
-    def diff(a, b):
-        return (a - b).abs().max().item()
-
-    record = {"samples": len(mine),
-              "local_mean_diff": diff(local_mean, single_mean),
-              "local_var_diff": diff(local_var, single_var),
-              "synced_mean_diff": diff(synced_mean, single_mean),
-              "synced_var_diff": diff(synced_var, single_var),
-              "local_mean_ch0": local_mean[0].item(), "single_mean_ch0": single_mean[0].item()}
+    record = {"samples": len(mine), **compare(model, x, rank, world_size, device)}
+    # the same in float64: the mathematics, with rounding half a billion times smaller
+    fp64 = compare(copy.deepcopy(model).double(), x, rank, world_size, device)
+    record.update({f"{name}_fp64": value for name, value in fp64.items()})
 
     try:  # the real thing: GPU tensors only
         sync_model = nn.SyncBatchNorm.convert_sync_batchnorm(Net()).to(device)
         sync_model.load_state_dict(model.state_dict())
-        sync_model(mine)  # train mode: every BatchNorm all-reduces its statistics
+        sync_model(mine)  # train mode: every BatchNorm all-gathers its statistics
         bn = sync_model.features[0][1]
         reference = Net().to(device)
         reference.load_state_dict(model.state_dict())
@@ -92,8 +151,11 @@ def main():
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
                        "global_batch": args.global_batch, "syncbn": syncbn}, f)
         for r, rec in enumerate(gathered):
-            print(f"rank {r}: {rec['samples']} samples, |own mean - single-process mean| "
-                  f"{rec['local_mean_diff']:.2e}, hand-synced {rec['synced_mean_diff']:.2e}")
+            print(f"rank {r}: {rec['samples']} samples, |mean - one-process mean|: own slice "
+                  f"{rec['local_mean_diff']:.2e}, hand-synced {rec['synced_mean_diff']:.2e}, "
+                  f"noise floor {rec['floor_mean']:.2e} "
+                  f"(float64: {rec['synced_mean_diff_fp64']:.1e}, "
+                  f"floor {rec['floor_mean_fp64']:.1e})")
         print("SyncBatchNorm:", syncbn)
     dist.destroy_process_group()
 

@@ -21,12 +21,13 @@ import torch.distributed as dist
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", choices=["shape", "skip"], default="shape")
-    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
+                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
     parser.add_argument("--device", default="cpu", help="gloo on CPU tensors, on every tier")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
 
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))
+    dist.init_process_group("gloo", timeout=args.pg_timeout)
     rank = dist.get_rank()
     if args.case == "shape":
         t = torch.ones(3 + rank)  # BUG: the shapes differ across ranks
@@ -35,7 +36,7 @@ def main():
     else:
         if rank != 0:  # BUG: rank 0 skips this collective
             dist.all_reduce(torch.ones(1))
-        dist.monitored_barrier(timeout=timedelta(seconds=args.pg_timeout / 2))
+        dist.monitored_barrier(timeout=args.pg_timeout and args.pg_timeout / 2)
     dist.destroy_process_group()
 
 

@@ -5,8 +5,9 @@
 Notebook 04's model and data (imported from train_step1_data.py). Rank 0 saves a checkpoint
 every few steps and then waits at a barrier, but the barrier sits inside `if rank == 0:`,
 so the other ranks never arrive: they go on to the next step and wait there.
-`--pg-timeout` bounds every collective (the default is 10 minutes); `--watchdog S` makes
-each rank print where it is (faulthandler) when a step takes longer than S seconds.
+`--pg-timeout` bounds every collective (torch's default: 30 minutes for gloo, 10 for
+NCCL); `--watchdog S` makes each rank print where it is (faulthandler) when a step takes
+longer than S seconds.
 """
 
 import argparse
@@ -28,7 +29,8 @@ def main():
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
     parser.add_argument("--checkpoint-every", type=int, default=3)
-    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
+                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
     parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
@@ -43,7 +45,7 @@ def main():
         backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    dist.init_process_group(backend, timeout=args.pg_timeout)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)

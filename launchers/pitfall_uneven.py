@@ -26,7 +26,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=4, help="rank r gets this + r batches")
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
-    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
+                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
     parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
@@ -41,7 +42,7 @@ def main():
         backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    dist.init_process_group(backend, timeout=args.pg_timeout)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)

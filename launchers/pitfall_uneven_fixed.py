@@ -5,8 +5,11 @@
 Each rank reads its own shard, and the shards differ in length: rank r has
 `--batches + r` batches (think: one file per rank, no DistributedSampler to even them
 out). Inside `with Join([ddp_model]):` a rank that runs out of batches keeps answering the
-others' all-reduces with zeros ("shadowing" them) until every rank is done; DDP divides by
-the number of ranks that still had data.
+others' all-reduces with zeros ("shadowing" them) until every rank is done. DDP still
+divides the summed gradients by the initial world size (Join's default,
+divide_by_initial_world_size=True): every sample weighs the same, and a step that only
+some ranks had data for takes a smaller step. `Join([ddp_model],
+divide_by_initial_world_size=False)` divides by the ranks that still had data instead.
 """
 
 import argparse
@@ -28,7 +31,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=4, help="rank r gets this + r batches")
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
-    parser.add_argument("--pg-timeout", type=float, default=600, help="seconds per collective")
+    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
+                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
     parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
@@ -43,7 +47,7 @@ def main():
         backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.pg_timeout))
+    dist.init_process_group(backend, timeout=args.pg_timeout)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
