@@ -23,6 +23,17 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def peak_rss_bytes():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
@@ -56,16 +67,13 @@ def main():
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     rss_before = psutil.Process().memory_info().rss  # before the model (the first DDP(...)
     # also imports torch._dynamo: tens of MB of Python modules, on every rank alike)
 
