@@ -172,9 +172,12 @@ def ddp_memory(
 
 
 # ---------------------------------------------------------------------------------------
-# Notebook 08: sharding the state (ZeRO stage 1, FSDP) - the same bytes, divided differently.
+# Notebook 08: sharding the state (ZeRO stages 1, 2 and 3) - the same bytes, divided differently.
 
-STRATEGIES = ("ddp", "zero", "fsdp")
+# ddp; zero (ZeroRedundancyOptimizer: ZeRO stage 1); zero2 (ZeRO stage 2: gradients sharded
+# too; FSDP2's fully_shard(..., reshard_after_forward=False), FSDP1's SHARD_GRAD_OP);
+# fsdp (FSDP2's fully_shard: ZeRO stage 3)
+STRATEGIES = ("ddp", "zero", "zero2", "fsdp")
 STATE_KINDS = ("parameters", "gradients", "optimizer", "activations")
 
 
@@ -187,15 +190,19 @@ def sharded_memory(
     optimizer: str = "adam",
     activation_bytes: float = 0,
     unit_params: float = 0,
+    bucket_view: bool = True,
 ) -> dict[str, float]:
     """Bytes one rank holds at the peak of a training step, by kind (see ``STATE_KINDS``).
 
-    ``ddp``: everything whole on every rank (gradients in DDP's buckets:
-    ``gradient_as_bucket_view=True``). ``zero`` (ZeroRedundancyOptimizer, ZeRO stage 1): the
-    optimizer state divided by ``devices``. ``fsdp`` (FSDP2 ``fully_shard``): parameters,
-    gradients and optimizer state divided, plus the one unit that is gathered whole while it
-    computes (``unit_params`` parameters and, in backward, their gradients).
-    ``activation_bytes``: what autograd saves for this rank's share of the batch.
+    ``ddp``: everything whole on every rank. Its gradients are views into DDP's all-reduce
+    buckets only with ``gradient_as_bucket_view=True`` (``bucket_view``, the default here);
+    without it the buckets are a second copy of the gradients (``zero`` likewise: it runs
+    on DDP). ``zero`` (ZeroRedundancyOptimizer, ZeRO stage 1): the optimizer state divided
+    by ``devices``. ``zero2`` (ZeRO stage 2): the gradients divided too; the parameters are
+    whole from forward to the end of backward. ``fsdp`` (FSDP2 ``fully_shard``, ZeRO stage
+    3): parameters, gradients and optimizer state divided, plus the one unit that is
+    gathered whole while it computes (``unit_params`` parameters and, in backward, their
+    gradients). ``activation_bytes``: what autograd saves for this rank's share of the batch.
     """
     b, weights, state = _sizes(params, dtype, optimizer)
     _check("devices", devices, 1)
@@ -203,10 +210,13 @@ def sharded_memory(
     _check("unit_params", unit_params)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
+    buckets = 0 if bucket_view else weights  # DDP's buckets, when they are not the gradients
     if strategy == "ddp":
-        held = (weights, weights, state)
+        held = (weights, weights + buckets, state)
     elif strategy == "zero":
-        held = (weights, weights, state / devices)
+        held = (weights, weights + buckets, state / devices)
+    elif strategy == "zero2":
+        held = (weights, weights / devices, state / devices)
     else:
         unit = unit_params * b if devices > 1 else 0  # one rank: nothing to gather
         held = (weights / devices + unit, weights / devices + unit, state / devices)
@@ -222,6 +232,7 @@ def max_params_that_fit(
     optimizer: str = "adam",
     activation_bytes: float = 0,
     unit_fraction: float = 0,
+    bucket_view: bool = True,
 ) -> float:
     """The largest parameter count whose state fits in ``gpu_bytes`` per rank (0 if none).
 
@@ -233,24 +244,32 @@ def max_params_that_fit(
     if unit_fraction > 1:
         raise ValueError(f"unit_fraction={unit_fraction!r}: use a share between 0 and 1")
     per_param = sum(sharded_memory(1, devices, strategy, dtype=dtype, optimizer=optimizer,
-                                   unit_params=unit_fraction).values())  # fmt: skip
+                                   unit_params=unit_fraction,
+                                   bucket_view=bucket_view).values())  # fmt: skip
     _check("activation_bytes", activation_bytes)
     return max(0.0, (gpu_bytes - activation_bytes) / per_param)
 
 
 def comm_per_step(params: float, devices: int, strategy: str, *, dtype: str = "float32",
-                  units: int = 1) -> dict[str, tuple[float, int]]:
+                  units: int = 1, root_params: float = 0) -> dict[str, tuple[float, int]]:
     """Bytes each rank sends per training step, by collective: ``{name: (bytes, calls)}``.
 
     Ring formulas, for P bytes of parameters over N ranks: an all-reduce sends
     2 (N-1)/N P per rank; a reduce-scatter or an all-gather (N-1)/N P, half of that.
-    ``zero`` adds the broadcast of each updated shard (an all-gather's worth); ``fsdp``
-    gathers each of its ``units`` before forward and again before backward, and
-    reduce-scatters the gradients. With one rank nothing is sent.
+    ``zero`` adds the broadcast of each updated shard (an all-gather's worth). ``zero2``
+    reduce-scatters the gradients and all-gathers the parameters once per step (DDP's
+    bytes). ``fsdp`` all-gathers each of its ``units`` before forward and, as it freed them
+    after forward, again before backward, except the root unit (``root_params`` of the
+    parameters, counted among the ``units``): FSDP2 keeps the root's parameters whole after
+    forward, as backward needs them first. Then it reduce-scatters every unit's gradients.
+    With one rank nothing is sent.
     """
     b, weights, _ = _sizes(params, dtype, "sgd")
     _check("devices", devices, 1)
     _check("units", units, 1)
+    _check("root_params", root_params)
+    if root_params > params:
+        raise ValueError(f"root_params={root_params!r}: at most params={params!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: use one of {', '.join(STRATEGIES)}")
     share = (devices - 1) / devices * weights
@@ -258,8 +277,11 @@ def comm_per_step(params: float, devices: int, strategy: str, *, dtype: str = "f
         return {"all-reduce gradients": (2 * share, 1)}
     if strategy == "zero":
         return {"all-reduce gradients": (2 * share, 1), "broadcast parameters": (share, devices)}
+    if strategy == "zero2":
+        return {"all-gather parameters": (share, units), "reduce-scatter gradients": (share, units)}
+    regathered = share * (1 - root_params / params) if params else 0
     return {"all-gather parameters (forward)": (share, units),
-            "all-gather parameters (backward)": (share, units),
+            "all-gather parameters (backward)": (regathered, units - (1 if root_params else 0)),
             "reduce-scatter gradients": (share, units)}
 
 

@@ -18,6 +18,8 @@ Options: as step 6 (--width --image-size --classes --train-size --noise --norm
 --epochs --batch-size --lr --warmup), plus
   --depth D          D extra conv blocks of width 2W: a deeper model, many equal tensors
   --strategy ddp|zero|fsdp
+  --dtype float32|float64   the parameters' and data's dtype: float64 for comparing the
+                     strategies' trained parameters at the level of the mathematics
   --dcp DIR          save a distributed checkpoint (torch.distributed.checkpoint) to DIR,
                      load it back into a fresh model of the same strategy, and compare
                      (ddp or fsdp: DCP cannot save a ZeroRedundancyOptimizer)
@@ -165,8 +167,8 @@ def checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out):
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.dcp)
     torch.manual_seed(1)  # a fresh model with other weights
-    fresh, fresh_optimizer = wrap(Net(args.classes, args.width, args.norm, args.depth).to(device),
-                                  args.strategy, device, args.lr)
+    fresh = Net(args.classes, args.width, args.norm, args.depth).to(device, probe_x.dtype)
+    fresh, fresh_optimizer = wrap(fresh, args.strategy, device, args.lr)
     inner = fresh.module if isinstance(fresh, DDP) else fresh
     model_state, optim_state = get_state_dict(inner, fresh_optimizer)
     state = {"model": model_state, "optim": optim_state}
@@ -192,6 +194,7 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
     parser.add_argument("--strategy", choices=["ddp", "zero", "fsdp"], default="ddp")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--dcp", default=None, help="folder for a distributed checkpoint")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
@@ -220,10 +223,12 @@ def main():
     memory_before = peak_memory(device)  # torch imported, process group up, no model yet
 
     torch.manual_seed(0)  # the same initial weights everywhere, whatever the strategy
-    model = Net(args.classes, args.width, args.norm, args.depth).to(device)
+    dtype = getattr(torch, args.dtype)
+    model = Net(args.classes, args.width, args.norm, args.depth).to(device, dtype)
     n_params = sum(p.numel() for p in model.parameters())
     size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
     train_x, train_y = make_dataset(args.train_size, seed=1, **size)
+    train_x = train_x.to(dtype)
     # measured on a copy, before wrapping: its forward updates BatchNorm's running statistics
     saved_bytes = activation_bytes(copy.deepcopy(model), train_x[: args.batch_size].to(device))
     train_model, optimizer = wrap(model, args.strategy, device, args.lr)
@@ -266,7 +271,7 @@ def main():
     for buffer in model.buffers():  # BatchNorm running stats: each rank updated its own copy;
         dist.broadcast(buffer, src=0)  # keep rank 0's everywhere (as notebook 04 evaluates)
     params = full_state(model)  # every rank takes part in the all-gathers
-    probe_x = make_dataset(16, seed=3, **size)[0].to(device)
+    probe_x = make_dataset(16, seed=3, **size)[0].to(device, dtype)
     train_model.eval()  # BatchNorm: use the running statistics, as a deployed model does
     with torch.no_grad():
         probe_out = train_model(probe_x).cpu()
@@ -283,7 +288,8 @@ def main():
         timed = sorted(step_times[2:] or step_times)  # the first steps warm up
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "strategy": args.strategy, "n_params": n_params, "steps": step,
+                       "strategy": args.strategy, "dtype": args.dtype, "n_params": n_params,
+                       "steps": step,
                        "losses": losses, "step_time_median_s": timed[len(timed) // 2],
                        "memory_kind": "cuda_max_allocated" if device.type == "cuda"
                        else "peak_rss", "dcp_reload_max_diff": reload_diff}, f)

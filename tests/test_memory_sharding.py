@@ -7,9 +7,30 @@ from coursekit import memory
 P = 1_000_000
 
 
-def test_ddp_holds_sixteen_bytes_per_parameter_with_adam():
+def test_ddp_holds_sixteen_bytes_per_parameter_with_adam_and_bucket_views():
     held = memory.sharded_memory(P, 4, "ddp")
     assert held == {"parameters": 4 * P, "gradients": 4 * P, "optimizer": 8 * P, "activations": 0}
+
+
+def test_without_bucket_views_ddp_buckets_are_a_second_copy_of_the_gradients():
+    for strategy in ("ddp", "zero"):
+        held = memory.sharded_memory(P, 4, strategy, bucket_view=False)
+        assert held["gradients"] == 8 * P
+    assert sum(memory.sharded_memory(P, 4, "ddp", bucket_view=False).values()) == 20 * P
+    # no DDP buckets under sharding: the option changes nothing there
+    for strategy in ("zero2", "fsdp"):
+        assert (memory.sharded_memory(P, 4, strategy, bucket_view=False)
+                == memory.sharded_memory(P, 4, strategy))
+
+
+@pytest.mark.parametrize("devices", [2, 8])
+def test_each_zero_stage_divides_one_more_kind(devices):
+    total = {s: sum(memory.sharded_memory(P, devices, s).values()) for s in memory.STRATEGIES}
+    assert total["ddp"] > total["zero"] > total["zero2"] > total["fsdp"]
+    zero2 = memory.sharded_memory(P, devices, "zero2")
+    assert zero2["parameters"] == 4 * P  # whole: gathered once, kept through backward
+    assert zero2["gradients"] == pytest.approx(4 * P / devices)
+    assert zero2["optimizer"] == pytest.approx(8 * P / devices)
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 8])
@@ -45,6 +66,8 @@ def test_max_params_that_fit_is_where_the_state_meets_the_gpu():
     assert sum(memory.sharded_memory(fsdp, 8, "fsdp", unit_params=0.1 * fsdp).values()) == (
         pytest.approx(80 * gib))
     assert ddp < zero < fsdp
+    assert memory.max_params_that_fit(80 * gib, 8, "ddp", bucket_view=False) == (
+        pytest.approx(80 * gib / 20))
     assert memory.max_params_that_fit(gib, 8, "fsdp", activation_bytes=2 * gib) == 0
 
 
@@ -57,6 +80,19 @@ def test_comm_per_step_ring_formulas():
     assert sum(sent for sent, _ in fsdp.values()) == pytest.approx(3 * 0.75 * b)
     assert all(calls == 5 for _, calls in fsdp.values())
     assert all(sent == 0 for sent, _ in memory.comm_per_step(P, 1, "fsdp").values())
+    zero2 = memory.comm_per_step(P, 4, "zero2", units=5)
+    assert sum(sent for sent, _ in zero2.values()) == pytest.approx(1.5 * b)  # DDP's bytes
+
+
+def test_fsdp_does_not_gather_the_root_again_for_backward():
+    # FSDP2 leaves the root's parameters unsharded after forward (reshard_after_forward=None)
+    fsdp = memory.comm_per_step(P, 4, "fsdp", units=5, root_params=P / 10)
+    assert fsdp["all-gather parameters (forward)"] == (0.75 * 4 * P, 5)
+    assert fsdp["all-gather parameters (backward)"] == (pytest.approx(0.9 * 0.75 * 4 * P), 4)
+    assert fsdp["reduce-scatter gradients"] == (0.75 * 4 * P, 5)
+    total = sum(sent for sent, _ in fsdp.values())
+    ddp = sum(sent for sent, _ in memory.comm_per_step(P, 4, "ddp").values())
+    assert ddp < total < 1.5 * ddp
 
 
 def test_comm_seconds_is_the_alpha_beta_model():
@@ -77,6 +113,7 @@ def test_comm_seconds_is_the_alpha_beta_model():
     (lambda: memory.max_params_that_fit(-1, 2, "ddp"), "gpu_bytes"),
     (lambda: memory.max_params_that_fit(1e9, 2, "fsdp", unit_fraction=2), "unit_fraction"),
     (lambda: memory.comm_per_step(P, 2, "ddp", units=0), "units"),
+    (lambda: memory.comm_per_step(P, 2, "fsdp", root_params=2 * P), "root_params"),
     (lambda: memory.comm_seconds({}, 1e-4, 0, 2), "beta"),
 ])
 def test_bad_input_names_the_parameter(call, name):

@@ -1,7 +1,13 @@
-"""Notebook 08: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint."""
+"""Notebook 08: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
+
+At 3 ranks also under ATEN_CPU_CAPABILITY=default and avx2 (the kernel and torchrun inherit
+it): the float64 comparison must hold whatever kernels the CPU runs."""
 
 import pytest
-from conftest import execute_notebook
+import torch
+from conftest import ROOT, execute_notebook
+
+import coursekit
 
 
 @pytest.mark.slow
@@ -25,16 +31,52 @@ def test_sharding_notebook(nproc, tmp_path):
         assert r[f"zero_param_bytes_rank{k}"] == r["ddp_param_bytes_rank0"]
         assert abs(r[f"fsdp_param_bytes_rank{k}"] / (r["ddp_param_bytes_rank0"] / nproc) - 1) <= 0.2
         assert abs(r[f"fsdp_grad_bytes_rank{k}"] / (r["ddp_grad_bytes_rank0"] / nproc) - 1) <= 0.2
-    # the same trained parameters, within fp32 tolerance
-    assert r["zero_max_param_diff"] < 1e-5 and r["fsdp_max_param_diff"] < 1e-5
-    # communication: FSDP2 sends 1.5x DDP's bytes, ZeRO-1 adds a broadcast
-    assert r["fsdp_comm_bytes_per_step"] == pytest.approx(1.5 * r["ddp_comm_bytes_per_step"])
+    # the state per rank falls with each sharding stage
+    assert (r["ddp_state_bytes_max_rank"] > r["zero_state_bytes_max_rank"]
+            > r["fsdp_state_bytes_max_rank"])
+    # the same trained parameters, checked in float64 (the mathematics: about 1e-15 here);
+    # fp32 differences depend on the CPU's kernels (AdamW grows rounding): recorded, not bounded
+    assert r["zero_max_param_diff_f64"] <= r["f64_tolerance"] < 1e-9
+    assert r["fsdp_max_param_diff_f64"] <= r["f64_tolerance"]
+    assert r["fp32_vs_f64_max_diff"] >= 0 and r["fsdp_max_param_diff_fp32"] >= 0
+    # communication: FSDP2 gathers every unit but the root twice: just under 1.5x DDP's bytes
+    assert (r["ddp_comm_bytes_per_step"] < r["fsdp_comm_bytes_per_step"]
+            < 1.5 * r["ddp_comm_bytes_per_step"])
+    assert r["fsdp_root_params"] > 0 and r["fsdp_units"] >= 2
     assert r["zero_comm_bytes_per_step"] > r["ddp_comm_bytes_per_step"]
     assert r["alpha_us"] >= 0 and r["beta_GBps"] > 0
     assert r["zero_step_time_ratio"] > 0 and r["fsdp_step_time_ratio"] > 0
     # the checkpoint: sharded reload and single-process load give the same outputs
     assert r["dcp_sharded_reload_max_diff"] == 0
-    assert r["dcp_single_process_max_diff"] <= 1e-5 and r["dcp_round_trip_ok"] is True
+    assert r["dcp_single_process_max_diff"] <= r["f64_tolerance"] and r["dcp_round_trip_ok"] is True
     # the calculator's extrapolation: more sharding, larger models
     assert (r["max_params_80gib_8gpus_ddp"] < r["max_params_80gib_8gpus_zero"]
-            < r["max_params_80gib_8gpus_fsdp"])
+            < r["max_params_80gib_8gpus_zero2"] < r["max_params_80gib_8gpus_fsdp"])
+    # the claims that rest on the run's own arithmetic hold on every machine (the step-time
+    # claims may go either way: they are shown, not asserted)
+    held = {c["text"].split(":")[0]: c["held"] for c in r["claims"]}
+    assert all(ok for text, ok in held.items() if "step took" not in text), held
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capability", ["default", "avx2"])
+def test_float64_proof_holds_under_every_cpu_kernel(capability, setup, monkeypatch):
+    """The launcher behind the notebook's proof: DDP, ZeRO-1 and FSDP2 over 3 ranks train the
+    same float64 parameters whichever kernels torch picks (the CPU's own: the notebook test)."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    quick = ["--width", "16", "--depth", "2", "--train-size", "384", "--epochs", "1",
+             "--dtype", "float64"]
+    params = {}
+    for strategy in ("ddp", "zero", "fsdp"):
+        run = coursekit.run_launcher(ROOT / "launchers" / "train_step7_sharding.py",
+                                     [*quick, "--strategy", strategy], setup=setup, nproc=3,
+                                     name=strategy, echo=False)  # fmt: skip
+        assert run.metrics["dtype"] == "float64" and run.metrics["steps"] == 4
+        params[strategy] = torch.load(run.out_dir / "params.pt", weights_only=True)
+    tolerance = 1e6 * torch.finfo(torch.float64).eps
+    for strategy in ("zero", "fsdp"):
+        for name, reference in params["ddp"].items():
+            if name.endswith("num_batches_tracked"):  # BatchNorm's step counter, an integer
+                continue
+            assert reference.dtype == torch.float64, name
+            assert (params[strategy][name] - reference).abs().max().item() <= tolerance, name
