@@ -31,6 +31,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import resource
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,7 +40,19 @@ import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd import DeviceType
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
 
 
 def mlp(width, depth, classes=10):
@@ -162,28 +175,32 @@ class AsyncPerParameter:
         self.pending.clear()
 
 
-def timed_rounds(variants, steps, rounds, device, rank, warmup=1):
+def timed_rounds(variants, steps, rounds, device, rank, cpu, warmup=1):
     """variants: name -> (step function or None on ranks that sit out, ranks taking part).
-    Returns name -> list of seconds per step (slowest rank), one per round."""
+    Returns name -> list of seconds per step (slowest rank), one per round. The bookkeeping
+    (barrier, slowest time) goes through `cpu`, a gloo group of CPU tensors: ranks that sit
+    a variant out wait there, on the CPU, with nothing running on their GPUs."""
     seconds = {name: [] for name in variants}
     for r in range(warmup + rounds):
         for name, (fn, ranks) in variants.items():
-            dist.barrier()
+            sync(device)  # on a GPU: nothing of the last variant still running
+            dist.barrier(group=cpu)
             start = time.perf_counter()
             if rank in ranks:
                 for _ in range(steps[name] if isinstance(steps, dict) else steps):
                     fn()
-                sync(device)
-            mine = torch.tensor([time.perf_counter() - start])
-            dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slowest rank's time
+                sync(device)  # on a GPU: the kernels, not only their launches, are timed
+            mine = torch.tensor([time.perf_counter() - start])  # a CPU tensor: gloo
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=cpu)  # the slowest rank's
             if r >= warmup:
                 seconds[name].append(mine.item() / (steps[name] if isinstance(steps, dict)
                                                     else steps))
     return seconds
 
 
-def steps_for(fn, ranks, target_s, device):
-    """How many steps of fn take about target_s seconds (timed on rank 0, shared)."""
+def steps_for(fn, ranks, target_s, device, cpu):
+    """How many steps of fn take about target_s seconds (timed on rank 0, shared over the
+    gloo group `cpu`: the count is a CPU tensor)."""
     n = torch.tensor([1])
     if dist.get_rank() in ranks:
         fn()
@@ -192,7 +209,7 @@ def steps_for(fn, ranks, target_s, device):
         fn()
         sync(device)
         n[0] = max(2, round(target_s / max(time.perf_counter() - start, 1e-6)))
-    dist.broadcast(n, 0)
+    dist.broadcast(n, 0, group=cpu)
     return int(n.item())
 
 
@@ -217,18 +234,45 @@ def scaling_model(args, name):
     return PythonHeavy(args.py_width, args.py_layers, args.py_gate), args.py_width, args.py_batch
 
 
+def dataparallel(base, batch, width, world, device, cpu):
+    """DP's variant: (name, step function on rank 0, why not the real one or None). The real
+    nn.DataParallel where this node has a GPU for every rank (NCCL): rank 0 drives `world`
+    GPUs, cuda:0..cuda:world-1, in a phase of its own, while the other ranks wait on the CPU
+    (gloo) group with nothing running on their GPUs. Else the re-implementation on `device`;
+    also where rank 0 cannot use the GPUs the other ranks' processes hold (EXCLUSIVE_PROCESS
+    compute mode admits one process per GPU): then it says why."""
+    name, step, why = f"DP re-implemented, {world} replicas", None, None
+    if dist.get_rank() == 0:
+        if dist.get_backend() == "nccl" and world > 1:
+            try:
+                dp = Trainer(nn.DataParallel(copy.deepcopy(base), device_ids=list(range(world))),
+                             batch, width, device)
+                dp.step()
+                sync(device)
+                name, step = f"DataParallel, {world} GPUs", dp.step
+            except RuntimeError as e:  # e.g. "CUDA-capable device(s) is/are busy or unavailable"
+                why = f"the real nn.DataParallel could not use GPUs 1..{world - 1}: {e}"
+        if step is None:
+            step = dp_step_fn(copy.deepcopy(base), batch, width, world, device)
+    shared = [name, why]
+    dist.broadcast_object_list(shared, src=0, group=cpu)  # the same variant names on all ranks
+    return shared[0], step, shared[1]
+
+
 def part_scaling(args, device, rank, world, groups, name):
     torch.manual_seed(0)
     model, width, batch = scaling_model(args, name)
     base = model.to(device)
     gbatch = batch * world  # the same global batch for every variant
+    cpu = groups["cpu"]
     variants = {}
     solo = Trainer(copy.deepcopy(base), gbatch, width, device)
-    variants["1 process, 1 thread"] = (solo.step, {0})
-    steps = steps_for(solo.step, {0}, args.target_s, device)
+    solo_name = "1 process, 1 GPU" if device.type == "cuda" else "1 process, 1 thread"
+    variants[solo_name] = (solo.step, {0})
+    steps = steps_for(solo.step, {0}, args.target_s, device, cpu)
     threads = {}
-    if name == "matmul":  # threads help kernels; for the python model they would not
-        solo_n = Trainer(copy.deepcopy(base), gbatch, width, device)
+    if name == "matmul" and device.type == "cpu":  # threads help CPU kernels: not the python
+        solo_n = Trainer(copy.deepcopy(base), gbatch, width, device)  # model's, nor a GPU's
 
         def solo_all_threads():
             torch.set_num_threads(args.threads * world)
@@ -236,16 +280,12 @@ def part_scaling(args, device, rank, world, groups, name):
             torch.set_num_threads(args.threads)
 
         # first, alone: changing the thread count after DP's threads have run can hang OpenMP
-        threads = timed_rounds({"1 process, 1 thread": (solo.step, {0}),
+        threads = timed_rounds({solo_name: (solo.step, {0}),
                                 f"1 process, {args.threads * world} threads":
                                     (solo_all_threads, {0})},
-                               steps, args.rounds, device, rank)  # fmt: skip
-    if device.type == "cpu" or torch.cuda.device_count() < 2:
-        variants[f"DP re-implemented, {world} replicas"] = (
-            dp_step_fn(copy.deepcopy(base), gbatch, width, world, device), {0})
-    else:  # the real nn.DataParallel over every visible GPU (rank 0 alone drives them)
-        dp = Trainer(nn.DataParallel(copy.deepcopy(base)), gbatch, width, device)
-        variants[f"DataParallel, {torch.cuda.device_count()} GPUs"] = (dp.step, {0})
+                               steps, args.rounds, device, rank, cpu)  # fmt: skip
+    dp_name, dp_step, dp_note = dataparallel(base, gbatch, width, world, device, cpu)
+    variants[dp_name] = (dp_step, {0})
     for n in range(1, world + 1) if name == "matmul" else [world]:
         if rank < n:
             ddp = DDP(copy.deepcopy(base), process_group=groups[n],
@@ -254,8 +294,9 @@ def part_scaling(args, device, rank, world, groups, name):
                 Trainer(ddp, gbatch // n, width, device).step, set(range(n)))
         else:
             variants[f"DDP {n} rank{'s' * (n > 1)}"] = (None, set(range(n)))
-    seconds = timed_rounds(variants, steps, args.rounds, device, rank)
+    seconds = timed_rounds(variants, steps, args.rounds, device, rank, cpu)
     return {"model": name, "global_batch": gbatch, "steps": steps, "seconds": seconds,
+            "solo": solo_name, "dp_note": dp_note,
             "threads": threads, "params": sum(p.numel() for p in base.parameters()),
             "tensors": len(list(base.parameters())),
             "activation_bytes_per_sample": saved_bytes_per_sample(base, width, device)}
@@ -269,9 +310,9 @@ def part_sweep(args, device, rank, world, groups):
         one = Trainer(copy.deepcopy(base), batch, args.sweep_width, device)
         ddp = Trainer(DDP(copy.deepcopy(base), device_ids=[device.index]
                           if device.type == "cuda" else None), batch, args.sweep_width, device)
-        steps = steps_for(one.step, {0}, args.target_s / 2, device)
+        steps = steps_for(one.step, {0}, args.target_s / 2, device, groups["cpu"])
         seconds = timed_rounds({"1 process": (one.step, {0}), f"{world} ranks": (ddp.step, set(
-            range(world)))}, steps, args.rounds, device, rank)
+            range(world)))}, steps, args.rounds, device, rank, groups["cpu"])
         points.append({"batch_per_rank": batch, "width": args.sweep_width, "depth": args.depth,
                        "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),
                        "steps": steps, "seconds": seconds})
@@ -288,7 +329,7 @@ def buckets_made(ddp):
         return None
 
 
-def part_buckets(args, device, rank, world):
+def part_buckets(args, device, rank, world, cpu):
     torch.manual_seed(0)
     base = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
     ids = [device.index] if device.type == "cuda" else None
@@ -309,17 +350,103 @@ def part_buckets(args, device, rank, world):
     variants["DDP default buckets, gradient_as_bucket_view"] = trainer(
         DDP(copy.deepcopy(base), device_ids=ids, gradient_as_bucket_view=True))
     steps = steps_for(variants["DDP default buckets"].step, set(range(world)),
-                      args.target_s / 2, device)
+                      args.target_s / 2, device, cpu)
     seconds = timed_rounds({k: (t.step, set(range(world))) for k, t in variants.items()},
-                           steps, args.rounds, device, rank)
+                           steps, args.rounds, device, rank, cpu)
     buckets = {k: buckets_made(t.model) for k, t in variants.items() if k.startswith("DDP")}
     return {"tensors": len(list(base.parameters())), "steps": steps, "seconds": seconds,
             "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),
             "bucket_bytes": buckets}
 
 
-def part_profile(args, device, rank, out):
-    """One DDP step under torch.profiler; rank 0 keeps the events of backward and all-reduce."""
+DEVICE_WORK = {"kernel", "gpu_memcpy", "gpu_memset", None}  # kineto's kinds of GPU work (not
+# "gpu_user_annotation": a record_function's range mirrored onto the GPU's timeline)
+
+
+def cpu_kind(name):
+    """What a CPU range of torch.profiler is, for the timeline (None: not drawn)."""
+    return ("all-reduce" if "all_reduce" in name or "allreduce" in name else
+            "backward" if name.startswith("autograd::engine::evaluate_function") else
+            "forward" if name == "DistributedDataParallel.forward" else
+            "optimizer" if name.startswith("Optimizer.step") else
+            "step" if name == "ddp_step" else None)
+
+
+def is_nccl_all_reduce(name):
+    """NCCL's all-reduce kernels, whatever the case: ncclDevKernel_AllReduce_Sum_f32_RING_LL
+    (NCCL 2.19 and later), ncclKernel_AllReduce_RING_LL_Sum_float (before)."""
+    n = name.lower().replace("_", "")
+    return "nccl" in n and "kernel" in n and "allreduce" in n
+
+
+def profile_events(raw):
+    """torch.profiler's events (FunctionEvent: name, device_type, time_range, ...) -> the
+    timeline's: CPU ranges on their threads; on a GPU also every kernel on its stream, in
+    device time, as NCCL's all-reduce, "backward" (launched by an op that ran inside backward
+    on the CPU: linked to it by correlation id) or "kernel" (the others)."""
+    raw = list(raw)
+    cpu = [e for e in raw if e.device_type == DeviceType.CPU]
+    events = [{"kind": cpu_kind(e.name), "name": e.name, "device": "cpu",
+               "row": f"thread {e.thread}", "start_us": e.time_range.start,
+               "end_us": e.time_range.end} for e in cpu if cpu_kind(e.name)]
+    bw = [(e["start_us"], e["end_us"]) for e in events if e["kind"] == "backward"]
+    launched = {e.id: e.time_range.start for e in cpu}  # a CPU op's correlation id: its start
+    for e in raw:
+        if e.device_type != DeviceType.CUDA or getattr(e, "activity_type", None) not in DEVICE_WORK:
+            continue
+        at = launched.get(getattr(e, "linked_correlation_id", None))
+        kind = ("all-reduce" if is_nccl_all_reduce(e.name) else
+                "backward" if at is not None and any(s <= at <= t for s, t in bw) else "kernel")
+        events.append({"kind": kind, "name": e.name, "device": "cuda",
+                       "row": f"cuda:{e.device_index} stream {e.device_resource_id}",
+                       "start_us": e.time_range.start, "end_us": e.time_range.end})
+    return events
+
+
+def union(intervals):
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def overlap(events):
+    """(share of the all-reduce time inside backward, what was timed). With NCCL: device time,
+    its all-reduce kernels on the GPU inside the span of the kernels backward launched (the CPU
+    only launches them: its ranges do not say when the GPU ran them). With gloo: its own
+    threads do the work on the CPU (gloo:all_reduce), inside backward's CPU ranges; without
+    such events, the launches (c10d::allreduce_)."""
+    gpu = [e for e in events if e["device"] != "cpu"]
+    comm = [e for e in gpu if e["kind"] == "all-reduce"]
+    if comm:
+        inside = [e for e in gpu if e["kind"] == "backward"]
+        basis = "device time of NCCL's all-reduce kernels, inside the kernels backward launched"
+        if not inside:
+            inside = [e for e in gpu if e["kind"] == "kernel"]
+            basis = "device time of NCCL's all-reduce kernels, inside the span of the other kernels"
+    else:
+        cpu = [e for e in events if e["device"] == "cpu"]
+        inside = [e for e in cpu if e["kind"] == "backward"]
+        comm = [e for e in cpu if e["kind"] == "all-reduce" and not e["name"].startswith("c10d::")]
+        basis = "CPU time of the communication library's own threads (gloo), inside backward"
+        if not comm:
+            comm = [e for e in cpu if e["kind"] == "all-reduce"]
+            basis = "CPU time of the all-reduce launches (no worker events), inside backward"
+    ar = union([(e["start_us"], e["end_us"]) for e in comm])
+    if not ar or not inside:
+        return 0.0, basis
+    lo, hi = min(e["start_us"] for e in inside), max(e["end_us"] for e in inside)
+    total = sum(e - s for s, e in ar)
+    within = sum(max(0, min(e, hi) - max(s, lo)) for s, e in ar)
+    return (within / total if total else 0.0), basis
+
+
+def part_profile(args, device, rank, out, cpu):
+    """One DDP step under torch.profiler (on a GPU with its CUDA activity: kernels in device
+    time); rank 0 keeps the timeline's events and the overlap they show."""
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -327,7 +454,8 @@ def part_profile(args, device, rank, out):
     t = Trainer(ddp, args.bucket_batch, 256, device)
     for _ in range(3):
         t.step()  # warm-up: DDP rebuilds its buckets after the first step
-    dist.barrier()
+    sync(device)
+    dist.barrier(group=cpu)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -338,18 +466,20 @@ def part_profile(args, device, rank, out):
     if rank != 0:
         return None
     prof.export_chrome_trace(os.path.join(out, "ddp_step_trace.json"))
-    events = []
-    for e in prof.events():
-        name = e.name
-        kind = ("all-reduce" if "all_reduce" in name or "allreduce" in name else
-                "backward" if name.startswith("autograd::engine::evaluate_function") else
-                "forward" if name == "DistributedDataParallel.forward" else
-                "optimizer" if name.startswith("Optimizer.step") else
-                "step" if name == "ddp_step" else None)
-        if kind:
-            events.append({"kind": kind, "name": name, "thread": e.thread,
-                           "start_us": e.time_range.start, "end_us": e.time_range.end})
-    return events
+    events = profile_events(prof.events())
+    fraction, basis = overlap(events)
+    return {"events": events, "overlap_fraction": fraction, "overlap_basis": basis}
+
+
+def peak_memory(device):
+    """(bytes, what they are) of this rank's peak: on a GPU the tensors torch allocated on it
+    (max_memory_allocated: not the CUDA context, not the allocator's cache); on a CPU the
+    process's peak resident memory (interpreter and torch included). ru_maxrss is KiB on
+    Linux, bytes on macOS."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "peak tensor bytes allocated on the GPU"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (peak if sys.platform == "darwin" else peak * 1024), "peak RSS of the rank process"
 
 
 def main():
@@ -380,18 +510,18 @@ def main():
     args.bucket_caps = [float(c) for c in args.bucket_caps.split(",")]
     parts = args.parts.split(",")
 
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda" and world <= torch.cuda.device_count():
-        device = torch.device("cuda", local_rank)
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:  # CPU ranks, or ranks sharing a GPU: gloo (the tensors stay on the CPU)
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(args.threads)  # the same threads per rank in every variant
     groups = {n: dist.new_group(list(range(n))) for n in range(1, world + 1)}  # every rank
+    # the bookkeeping (barriers, timings, step counts) on CPU tensors: an NCCL group has no
+    # CPU backend ("No backend type associated with device type cpu"): a gloo group for it
+    groups["cpu"] = dist.new_group(backend="gloo")
 
     metrics = {"world_size": world, "backend": backend, "device": str(device),
                "threads_per_rank": args.threads, "rounds": args.rounds,
@@ -401,21 +531,18 @@ def main():
     run = {"scaling": lambda: {name: part_scaling(args, device, rank, world, groups, name)
                                for name in ("matmul", "python")},
            "sweep": lambda: part_sweep(args, device, rank, world, groups),
-           "buckets": lambda: part_buckets(args, device, rank, world),
-           "profile": lambda: part_profile(args, device, rank, args.out)}
+           "buckets": lambda: part_buckets(args, device, rank, world, groups["cpu"]),
+           "profile": lambda: part_profile(args, device, rank, args.out, groups["cpu"])}
     for part in parts:
         start = time.perf_counter()
         metrics[part] = run[part]()
         if rank == 0:
             print(f"{part} measured in {time.perf_counter() - start:.1f} s", flush=True)
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     peaks = [None] * world
-    dist.all_gather_object(peaks, peak)
+    dist.all_gather_object(peaks, peak_memory(device), group=groups["cpu"])
     if rank == 0:
-        metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r]} for r in range(world)]
+        metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r][0], "peak_what": peaks[r][1]}
+                            for r in range(world)]
         metrics["load_average_after"] = list(os.getloadavg())
         tables = [(f"{k:8}", v) for k, v in metrics.get("scaling", {}).items()]
         tables += [("buckets ", metrics["buckets"])] if "buckets" in metrics else []

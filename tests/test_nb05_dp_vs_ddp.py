@@ -132,6 +132,7 @@ def test_alpha_beta_position_is_a_claim(results):
 
 def test_overlap_and_the_trace(results):
     assert 0 <= results["overlap_fraction"] <= 1
+    assert "CPU time" in results["overlap_basis"]  # gloo on this tier: its threads
     assert results["trace_saved"] is True
     trace = json.loads((results["_dir"] / "05_ddp_step_trace.json").read_text())
     assert trace["traceEvents"]
@@ -142,6 +143,7 @@ def test_memory_and_plots(results):
     assert results["efficiency_1"] > 0 and results["efficiency_2"] > 0
     assert results["dp_device0_memory_ratio"] > 1  # DP: device 0 carries more (calculator)
     assert results["ddp_memory_balance"] == pytest.approx(1.0)  # DDP: equal ranks
+    assert results["peak_memory_measured"] == "peak RSS of the rank process"  # CPU tier
     assert results["ddp_lines"] >= 5 and results["ddp_log_files"] >= 2
     for name in ("throughput", "memory", "efficiency_sweep", "buckets", "timeline",
                  "reported_case", "decision_path"):
@@ -175,3 +177,104 @@ def test_bench_command_points_at_notebook_05():
 
 def test_bench_report_keys_are_the_notebooks_figures(results):
     assert set(bench.KEYS) <= set(results), set(bench.KEYS) - set(results)
+
+
+def _event(name, device, start, end, id=0, link=0, thread=1, activity=None, stream=7):
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    return SimpleNamespace(name=name, device_type=DeviceType.CUDA if device == "cuda" else
+                           DeviceType.CPU, time_range=SimpleNamespace(start=start, end=end),
+                           id=id, linked_correlation_id=link, thread=thread, device_index=0,
+                           device_resource_id=stream, activity_type=activity)
+
+
+def _cpu_step():
+    """One DDP step's CPU ranges as torch.profiler reports them: backward from 100 to 600 us,
+    the all-reduce launches and NCCL's CPU-side ranges inside it."""
+    bw = [_event("autograd::engine::evaluate_function: AddmmBackward0", "cpu", s, s + 100,
+                 thread=2) for s in range(100, 600, 100)]
+    return [_event("ddp_step", "cpu", 0, 1000), *bw,
+            _event("c10d::allreduce_", "cpu", 250, 255, thread=2),
+            _event("nccl:all_reduce", "cpu", 250, 260, thread=2),
+            _event("aten::mm", "cpu", 50, 55, id=12),  # forward
+            _event("aten::mm", "cpu", 150, 155, id=11, thread=2),  # inside backward
+            _event("Optimizer.step#SGD.step", "cpu", 700, 800),
+            _event("aten::add_", "cpu", 710, 715, id=13)]
+
+
+def test_overlap_on_nccl_is_measured_in_device_time(launcher):
+    # the GPU runs NCCL's kernels on a stream of their own, late against their CPU launches:
+    # the CPU ranges (all inside backward) would say 100 %; the device time says 1/3
+    kernels = [_event("volta_sgemm_64x64_nn", "cuda", 60, 290, link=12, activity="kernel"),
+               _event("ampere_sgemm_128x64_tn", "cuda", 300, 500, link=11, activity="kernel"),
+               _event("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                      "cuda", 400, 500, link=99, activity="kernel", stream=20),
+               _event("ncclKernel_AllReduce_RING_LL_Sum_float", "cuda", 500, 700, link=98,
+                      activity="kernel", stream=20),
+               _event("void at::native::vectorized_elementwise_kernel", "cuda", 900, 950,
+                      link=13, activity="kernel"),
+               _event("ddp_step", "cuda", 0, 1000, activity="gpu_user_annotation"),
+               _event("nccl:all_reduce", "cuda", 250, 700, activity="gpu_user_annotation")]
+    events = launcher.profile_events(_cpu_step() + kernels)
+    gpu = {e["name"][:12]: e["kind"] for e in events if e["device"] == "cuda"}
+    assert gpu == {"volta_sgemm_": "kernel", "ampere_sgemm": "backward",
+                   "ncclDevKerne": "all-reduce", "ncclKernel_A": "all-reduce",
+                   "void at::nat": "kernel"}  # the annotations are not device work
+    assert {e["row"] for e in events if e["kind"] == "all-reduce" and e["device"] == "cuda"} \
+        == {"cuda:0 stream 20"}
+    fraction, basis = launcher.overlap(events)
+    assert fraction == pytest.approx(100 / 300)  # [400, 700] against backward's [300, 500]
+    assert "device time" in basis and "NCCL" in basis
+
+
+def test_overlap_on_gloo_is_its_threads_cpu_time(launcher):
+    worker = _event("gloo:all_reduce", "cpu", 550, 800, thread=5)
+    step = [e for e in _cpu_step() if not e.name.startswith("nccl")]  # gloo: no NCCL ranges
+    fraction, basis = launcher.overlap(launcher.profile_events(step + [worker]))
+    assert fraction == pytest.approx(50 / 250)  # [550, 800] against backward's [100, 600]
+    assert "CPU time" in basis and "gloo" in basis
+
+
+def test_nccl_kernel_names_match_whatever_the_case(launcher):
+    assert launcher.is_nccl_all_reduce("ncclDevKernel_AllReduce_Sum_bf16_TREE_LL(x)")
+    assert launcher.is_nccl_all_reduce("ncclKernel_AllReduce_RING_LL_Sum_float")
+    assert not launcher.is_nccl_all_reduce("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL")
+    assert not launcher.is_nccl_all_reduce("nccl:all_reduce")  # a CPU range, not a kernel
+
+
+def test_peak_memory_is_bytes_on_linux_and_macos(launcher, monkeypatch):
+    from types import SimpleNamespace
+    monkeypatch.setattr(launcher.resource, "getrusage", lambda who: SimpleNamespace(ru_maxrss=5))
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(launcher.sys, "platform", "linux")
+    assert launcher.peak_memory(cpu) == (5 * 1024, "peak RSS of the rank process")  # KiB
+    monkeypatch.setattr(launcher.sys, "platform", "darwin")
+    assert launcher.peak_memory(cpu)[0] == 5  # bytes
+
+
+def test_bookkeeping_collectives_name_the_gloo_group():
+    # an NCCL group has no CPU backend: every barrier, broadcast and object collective, and
+    # the all-reduce of the (CPU) timings, must go through the gloo group made for them
+    import ast
+    tree = ast.parse((ROOT / "launchers" / "ddp_bench.py").read_text())
+    checked = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == "dist":
+            op, args = node.func.attr, node.args
+            cpu_tensor = op == "all_reduce" and args and getattr(args[0], "id", "") == "mine"
+            if op in {"barrier", "broadcast", "all_gather_object", "broadcast_object_list"} \
+                    or cpu_tensor:
+                assert any(k.arg == "group" for k in node.keywords), ast.unparse(node)
+                checked += 1
+    assert checked >= 5
+    source = (ROOT / "launchers" / "ddp_bench.py").read_text()
+    assert 'dist.new_group(backend="gloo")' in source
+    assert "torch.cuda.synchronize(device)" in source
+
+
+def test_dataparallel_never_shares_a_collective_with_waiting_ranks():
+    # DP's phase: rank 0 alone drives the GPUs; the others wait in timed_rounds' gloo barrier
+    source = (ROOT / "launchers" / "ddp_bench.py").read_text()
+    assert "nn.DataParallel(copy.deepcopy(base), device_ids=list(range(world)))" in source
