@@ -17,6 +17,17 @@ import torch
 import torch.distributed as dist
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def exchange(send_buf, recv_buf, group=None):
     """Send send_buf to the right neighbour while receiving recv_buf from the left one.
 
@@ -62,17 +73,16 @@ def main():
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda" and world_size <= torch.cuda.device_count():
-        device = torch.device("cuda", local_rank)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:  # CPU ranks, or ranks sharing a GPU: gloo, which takes CUDA tensors only for
-        # all_reduce and broadcast, so here the tensors stay on the CPU
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    # gloo copies CUDA tensors through host memory for its collectives, but its send/recv
+    # take CPU tensors only: with gloo (ranks sharing a GPU) the tensors stay on the CPU
+    device = device if backend == "nccl" else torch.device("cpu")
 
     cases = []  # one per (group size, tensor size), as this rank saw it
     for k in range(1, world_size + 1):

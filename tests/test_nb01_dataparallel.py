@@ -193,3 +193,30 @@ def test_bad_input_names_the_parameter(kwargs, name):
     args = {**dict(params=1000, batch=8, devices=2), **kwargs}
     with pytest.raises(ValueError, match=name):
         memory.dp_memory(**args)
+
+
+# the GIL race's processes and section 1's memory figures, without running the notebook
+
+
+def test_gil_race_spawns_processes_that_import_their_work():
+    """fork is unsafe on macOS and after CUDA use: the race spawns, and the spawned workers
+    run the work of launchers/gil_work.py (a spawned process cannot run notebook code)."""
+    import multiprocessing as mp
+    import sys
+
+    import nbformat
+    from conftest import ROOT, notebook_path
+
+    source = "\n".join(c.source for c in nbformat.read(notebook_path("01"), as_version=4).cells)
+    assert 'get_context("fork")' not in source and 'mp.get_context("spawn")' in source
+    assert "torch.cuda.device_memory_used" in source  # what nvidia-smi shows, not the allocator's
+    sys.path.insert(0, str(ROOT / "launchers"))
+    try:
+        import gil_work
+        work = {"tiny": (gil_work.ManyTinyOps(layers=2), torch.randn(2, 4))}
+        spawn = mp.get_context("spawn")
+        with spawn.Pool(2, initializer=gil_work.start_worker,
+                        initargs=(spawn.Barrier(2), work, {"tiny": 2})) as pool:
+            assert pool.map(gil_work.share_in_process, ["tiny", "tiny"]) == [None, None]
+    finally:
+        sys.path.remove(str(ROOT / "launchers"))
