@@ -27,7 +27,8 @@ NOTEBOOK = ROOT / "notebooks" / "05_dp_vs_ddp_measured.ipynb"
 KEYS = ("tier", "world_size", "backend", "load_average_before", "ddp_over_dp_python",
         "ddp_over_dp_matmul", "efficiency_2", "sweep_compute_bound_efficiency",
         "sweep_comm_bound_efficiency", "prediction_points_above", "ddp_vs_blocking_ratio",
-        "bucket_cap_best_mb", "bucket_view_speedup", "overlap_fraction")
+        "bucket_cap_best_mb", "bucket_view_speedup", "overlap_fraction", "overlap_basis",
+        "peak_memory_measured")  # what overlap and memory were measured from on this tier
 
 
 def main(argv: list[str] | None = None) -> int:

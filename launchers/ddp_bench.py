@@ -394,7 +394,8 @@ def profile_events(raw):
     for e in raw:
         if e.device_type != DeviceType.CUDA or getattr(e, "activity_type", None) not in DEVICE_WORK:
             continue
-        at = launched.get(getattr(e, "linked_correlation_id", None))
+        link = getattr(e, "linked_correlation_id", 0)  # 0: linked to no CPU op
+        at = launched.get(link) if link else None
         kind = ("all-reduce" if is_nccl_all_reduce(e.name) else
                 "backward" if at is not None and any(s <= at <= t for s, t in bw) else "kernel")
         events.append({"kind": kind, "name": e.name, "device": "cuda",
