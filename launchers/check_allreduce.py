@@ -9,6 +9,17 @@ import torch
 import torch.distributed as dist
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -17,18 +28,16 @@ def main():
 
     # torchrun tells every process who it is through environment variables
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        # NCCL needs a GPU of its own per rank; ranks that share a GPU use gloo
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
 
     start = time.perf_counter()
-    dist.init_process_group(backend)  # meet the other ranks (address and port: from torchrun)
+    # meet the other ranks (address and port: from torchrun); device_id: NCCL connects now
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     init_seconds = time.perf_counter() - start
 
     value = torch.tensor([rank + 1.0], device=device)

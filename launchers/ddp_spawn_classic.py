@@ -21,21 +21,32 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def worker(rank, world_size, port, steps, device_type):
     os.environ["MASTER_ADDR"] = "127.0.0.1"  # where rank 0 waits for the others
     os.environ["MASTER_PORT"] = str(port)  # the same free port for every rank
-    if device_type == "cuda":
-        device = torch.device("cuda", rank)
+    # one machine: every rank is local (local rank = rank, local world size = world size)
+    n_gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+    device, backend = device_and_backend(device_type, rank, world_size, n_gpus)
+    if device.type == "cuda":
         torch.cuda.set_device(device)  # first: this process owns GPU number `rank`
-        # device_id: NCCL connects the ranks here; without it, at the first collective
-        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    # device_id: NCCL connects the ranks here; without it, at the first collective
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            device_id=device if backend == "nccl" else None)
 
     torch.manual_seed(0)  # the same initial weights as the torchrun form
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
-    ddp_model = DDP(model, device_ids=[rank] if device.type == "cuda" else None)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.05)
 
     true_weights = torch.randn(20, 1, generator=torch.Generator().manual_seed(42))

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import resource
+import sys
 import time
 
 import torch
@@ -48,6 +49,17 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
 
 
 def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
@@ -158,7 +170,8 @@ def peak_memory(device):
     """This process's peak: tensors on the GPU, or the whole process (RSS, in bytes) on CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
 
 
 def checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out):
@@ -204,19 +217,17 @@ def main():
                      "consolidate_state_dict(to=0) and torch.save on rank 0")
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         # the strategies are compared weight by weight: no run-to-run kernel noise (cuDNN's
         # nondeterministic, TF32 convolutions), which AdamW would grow into lr-sized steps
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -255,6 +266,8 @@ def main():
             optimizer.step()  # ZeRO: step my share, then broadcast it to the other ranks
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # GPU work is asynchronous: time it, not its launch
             step_times.append(time.perf_counter() - tick)
             if rank == 0:
                 losses.append(loss.item())
