@@ -30,6 +30,9 @@ def notebook_path(stem_prefix: str) -> Path:
     return path
 
 
+CELL_TIMEOUT_S = 900
+
+
 def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
     """Run a notebook with papermill (SMOKE sizes unless told otherwise) as the course's
     verify command does, check the results contract, and return its results file."""
@@ -39,6 +42,9 @@ def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
         str(notebook), str(tmp_path / notebook.name),
         parameters={"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters},
         cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
+        # a cell that hangs fails its test (interrupted, so the runner kills what it started)
+        # instead of holding the whole suite until CI's limit; no cell needs this long
+        execution_timeout=CELL_TIMEOUT_S, interrupt_on_timeout=True,
         # a local socket, not TCP ports; its files go to the test's own folder
         config=Config({"KernelManager": {"transport": "ipc", "ip": str(tmp_path / "kernel")}}),
     )  # fmt: skip

@@ -14,6 +14,8 @@ import coursekit
 LAUNCHERS = ROOT / "launchers"
 # scripts that start their own processes (mp.spawn) instead of running under torchrun
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
+# modules a notebook writes and imports (notebook 01's spawned GIL workers), not launchers
+IMPORTED_BY_NOTEBOOKS = {"gil_work.py"}
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
 TRAIN_QUICK = ["--train-size", "256", "--test-size", "128", "--epochs", "1"]
 QUICK_ARGS = {
@@ -62,7 +64,7 @@ def writefile_cells() -> dict[Path, tuple[str, str]]:
 
 
 def torchrun_launchers() -> list[Path]:
-    skipped = SELF_SPAWNING | BROKEN_ON_PURPOSE
+    skipped = SELF_SPAWNING | BROKEN_ON_PURPOSE | IMPORTED_BY_NOTEBOOKS
     return sorted(p for p in LAUNCHERS.glob("*.py") if p.name not in skipped)
 
 
