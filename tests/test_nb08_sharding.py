@@ -1,7 +1,7 @@
 """Notebook 08: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
 
-At 3 ranks also under ATEN_CPU_CAPABILITY=default and avx2 (the kernel and torchrun inherit
-it): the float64 comparison must hold whatever kernels the CPU runs."""
+Also under ATEN_CPU_CAPABILITY=default and avx2, and with 1 and 2 threads per rank (torchrun's
+ranks inherit both): the float64 comparison must hold whatever kernels the CPU runs."""
 
 import pytest
 import torch
@@ -59,22 +59,32 @@ def test_sharding_notebook(nproc, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("capability", ["default", "avx2"])
-def test_float64_proof_holds_under_every_cpu_kernel(capability, setup, monkeypatch):
-    """The launcher behind the notebook's proof: DDP, ZeRO-1 and FSDP2 over 3 ranks train the
-    same float64 parameters whichever kernels torch picks (the CPU's own: the notebook test)."""
+@pytest.mark.parametrize("capability, nproc, threads, strategies", [
+    ("default", 3, 1, ("ddp", "zero", "fsdp")),  # 3 ranks: uneven shards (ZeRO and FSDP2 pad)
+    ("avx2", 3, 1, ("ddp", "zero", "fsdp")),
+    ("avx2", 2, 2, ("ddp", "fsdp")),  # 2 threads per rank: each kernel splits its sums
+])  # fmt: skip
+def test_float64_proof_holds_under_every_cpu_kernel(capability, nproc, threads, strategies,
+                                                    setup, monkeypatch):
+    """The launcher behind the notebook's proof: DDP, ZeRO-1 and FSDP2 train the same float64
+    parameters whichever kernels torch picks (ATEN_CPU_CAPABILITY; the CPU's own: the notebook
+    test) and however many threads each rank's kernels use (OMP_NUM_THREADS; the ranks inherit
+    both). Small sizes: the proof is about the arithmetic, not the training."""
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
-    quick = ["--width", "16", "--depth", "2", "--train-size", "384", "--epochs", "1",
-             "--dtype", "float64"]
+    monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+    batch, train_size = 16, 192
+    quick = ["--width", "8", "--depth", "1", "--train-size", str(train_size), "--epochs", "1",
+             "--batch-size", str(batch), "--dtype", "float64"]
     params = {}
-    for strategy in ("ddp", "zero", "fsdp"):
+    for strategy in strategies:
         run = coursekit.run_launcher(ROOT / "launchers" / "train_step7_sharding.py",
-                                     [*quick, "--strategy", strategy], setup=setup, nproc=3,
-                                     name=strategy, echo=False)  # fmt: skip
-        assert run.metrics["dtype"] == "float64" and run.metrics["steps"] == 4
+                                     [*quick, "--strategy", strategy], setup=setup, nproc=nproc,
+                                     name=f"{strategy}_{capability}_{nproc}_{threads}", echo=False)
+        assert run.metrics["dtype"] == "float64" and run.metrics["world_size"] == nproc
+        assert run.metrics["steps"] == -(-train_size // nproc) // batch  # the sampler pads
         params[strategy] = torch.load(run.out_dir / "params.pt", weights_only=True)
     tolerance = 1e6 * torch.finfo(torch.float64).eps
-    for strategy in ("zero", "fsdp"):
+    for strategy in strategies[1:]:
         for name, reference in params["ddp"].items():
             if name.endswith("num_batches_tracked"):  # BatchNorm's step counter, an integer
                 continue
