@@ -27,6 +27,17 @@ import torch.nn as nn
 from train_step1_data import Net, make_dataset
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def sum_stats(h):
     """[sum, sum of squares, count] per channel: what the ranks add up."""
     dims = [d for d in range(h.dim()) if d != 1]  # every dimension except the channels
@@ -110,15 +121,17 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+        # the comparison needs the same kernels for a slice and the whole batch, in fp32:
+        # cuDNN's default may pick nondeterministic or TF32 (10-bit mantissa) algorithms
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
@@ -149,7 +162,8 @@ def main():
     if rank == 0:
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "global_batch": args.global_batch, "syncbn": syncbn}, f)
+                       "global_batch": args.global_batch, "syncbn": syncbn,
+                       "cpu_capability": torch.backends.cpu.get_cpu_capability()}, f)
         for r, rec in enumerate(gathered):
             print(f"rank {r}: {rec['samples']} samples, |mean - one-process mean|: own slice "
                   f"{rec['local_mean_diff']:.2e}, hand-synced {rec['synced_mean_diff']:.2e}, "

@@ -7,15 +7,28 @@
   Plain, the backend pairs them anyway: a crash or a wrong result, with no word of why.
   With TORCH_DISTRIBUTED_DEBUG=DETAIL every collective is checked first across ranks,
   and the error names the operation and the shapes.
---case skip: rank 0 skips an all-reduce the others make, then all call monitored_barrier
-  (gloo only), which names the ranks that did not arrive.
+--case skip: rank 0 skips an all-reduce the others make, then all call monitored_barrier,
+  which names the ranks that did not arrive. It is gloo's: on NCCL it runs on a gloo group
+  made for it, and the others wait for their all-reduce to finish (NCCL only queues it).
 """
 
 import argparse
+import os
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
 
 
 def main():
@@ -23,20 +36,30 @@ def main():
     parser.add_argument("--case", choices=["shape", "skip"], default="shape")
     parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
                         help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
-    parser.add_argument("--device", default="cpu", help="gloo on CPU tensors, on every tier")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out")
     args = parser.parse_args()
 
-    dist.init_process_group("gloo", timeout=args.pg_timeout)
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, timeout=args.pg_timeout,
+                            device_id=device if backend == "nccl" else None)
     rank = dist.get_rank()
     if args.case == "shape":
-        t = torch.ones(3 + rank)  # BUG: the shapes differ across ranks
+        t = torch.ones(3 + rank, device=device)  # BUG: the shapes differ across ranks
         dist.all_reduce(t)
         print(f"all_reduce returned {t.tolist()} (no error: it paired tensors of different shapes)")
     else:
+        # monitored_barrier exists in gloo only: a gloo group for it (every rank makes it)
+        monitor = dist.new_group(backend="gloo") if backend == "nccl" else None
         if rank != 0:  # BUG: rank 0 skips this collective
-            dist.all_reduce(torch.ones(1))
-        dist.monitored_barrier(timeout=args.pg_timeout and args.pg_timeout / 2)
+            dist.all_reduce(torch.ones(1, device=device))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # NCCL only queued it: wait here, as gloo does
+        dist.monitored_barrier(monitor, timeout=args.pg_timeout and args.pg_timeout / 2)
     dist.destroy_process_group()
 
 

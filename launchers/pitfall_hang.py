@@ -24,6 +24,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from train_step1_data import Net, make_dataset
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -37,15 +48,14 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=args.pg_timeout)
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, timeout=args.pg_timeout,
+                            device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)

@@ -23,6 +23,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from train_step1_data import Net, make_dataset
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 class NetWithAux(Net):
     """Net plus an auxiliary classifier on the same features."""
 
@@ -47,15 +58,14 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl" if world_size <= torch.cuda.device_count() else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=args.pg_timeout)
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, timeout=args.pg_timeout,
+                            device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
@@ -75,6 +85,8 @@ def main():
         x, y = x_all[first : first + args.batch_size], y_all[first : first + args.batch_size]
         x, y = x.to(device), y.to(device)
         for name, (_model, ddp_model, optimizer) in variants.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # nothing queued from before counts as this step
             tick = time.perf_counter()
             if name == "find_unused":  # (a) the branch stays conditional; DDP searches
                 logits, aux_logits = ddp_model(x, use_aux=step % 2 == 0)
@@ -88,6 +100,8 @@ def main():
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # GPU work is asynchronous: time it, not its launch
             times[name].append(time.perf_counter() - tick)
         if rank == 0:
             print(f"step {step}  loss {loss.item():.4f}", flush=True)

@@ -12,19 +12,37 @@ import argparse
 import json
 import os
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--device", default="cpu", help="the sampler needs no device")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="the tier's: the sampler is the same on all")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
-    dist.init_process_group("gloo")
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     dataset = list(range(args.size))
@@ -45,7 +63,7 @@ def main():
                                                  for r, rec in enumerate(gathered)))
         print(f"evaluation counted {len(counted)} samples of {args.size}")
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": "gloo", "ranks": gathered,
+            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
                        "size": args.size, "evaluated_count": len(counted),
                        "evaluated_distinct": len(set(counted))}, f)
     dist.destroy_process_group()

@@ -37,6 +37,30 @@ def assert_every_pitfall(r):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("capability, threads", [
+    ("native", None), ("default", 1), ("default", 2), ("avx2", 1), ("avx2", 2)])
+def test_the_batchnorm_fix_holds_with_every_cpu_kernel(capability, threads, setup, monkeypatch):
+    """The comparison the notebook makes (hand-synced statistics within the noise floor of one
+    process adding the same sums in every order, the ranks' own far above it), with torch's
+    default and AVX2 kernels besides this CPU's own, and 1 or 2 threads per rank."""
+    if capability != "native":
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)  # the ranks inherit it
+    if threads:
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+    bn = coursekit.run_launcher(ROOT / "launchers" / "batchnorm_stats.py", [], setup=setup,
+                                nproc=2, name=f"bn_{capability}_{threads}", echo=False).metrics
+    if capability != "native":
+        assert bn["cpu_capability"] == capability.upper()
+    for r in bn["ranks"]:
+        for figure in ("mean", "var", "mean_fp64", "var_fp64"):
+            stat, _, dtype = figure.partition("_")
+            synced = r[f"synced_{stat}_diff" + (f"_{dtype}" if dtype else "")]
+            assert synced <= r[f"floor_{figure}"], figure
+    assert max(r["local_mean_diff"] for r in bn["ranks"]) > \
+        100 * max(r["floor_mean"] for r in bn["ranks"])
+
+
+@pytest.mark.slow
 def test_reference_solution_two_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it
     r = execute_notebook("06", tmp_path, NPROC=2)
