@@ -28,6 +28,17 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
 def global_batch(step, size):
     """The whole job's batch for `step`: identical on every rank, every attempt."""
     g = torch.Generator().manual_seed(10_000 + step)
@@ -56,16 +67,13 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl" if int(os.environ["LOCAL_WORLD_SIZE"]) <= torch.cuda.device_count() \
-            else "gloo"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     identity = {name: os.environ[name] for name in
                 ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
@@ -117,7 +125,8 @@ def main():
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
                        "restart_count": restart, "resumed_from_step": start_step,
-                       "steps": args.steps, "losses_this_attempt": losses}, f)
+                       "steps": args.steps, "losses_this_attempt": losses,
+                       "cpu_capability": torch.backends.cpu.get_cpu_capability()}, f)
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

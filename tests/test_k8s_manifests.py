@@ -90,9 +90,29 @@ def test_plain_job_uses_the_completion_index_and_the_first_pod():
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
     args = " ".join(_pod_spec(job)["containers"][0]["args"])
-    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in args
-    assert f"--master-addr={job['metadata']['name']}-0.{service['metadata']['name']}" in args
+    # c10d, not the static rendezvous: its agent store is always shared with the workers
+    # (static_tcp_rendezvous.py: use_agent_store is True), whatever
+    # TORCH_DISABLE_SHARE_RDZV_TCP_STORE says; c10d reads it (dynamic_rendezvous.py)
+    assert "--rdzv-backend=c10d" in args and "--master-addr" not in args
+    assert f"--rdzv-endpoint={job['metadata']['name']}-0.{service['metadata']['name']}:" in args
+    assert "--node-rank" not in args  # c10d gives the node ranks; torchrun ignores it there
     assert f"--nnodes={job['spec']['completions']}" in args
+    env = {e["name"]: e["value"] for e in _pod_spec(job)["containers"][0]["env"]}
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_why_c10d_as_this_torch_does_it():
+    """What the manifest's comment says: torchrun's default is static, whose agent store is
+    shared whatever the variable says; the c10d handler reads the variable."""
+    import inspect
+
+    from torch.distributed import run
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous, static_tcp_rendezvous
+
+    assert run.get_args_parser().parse_args(["x.py"]).rdzv_backend == "static"
+    assert static_tcp_rendezvous.StaticTCPRendezvous.use_agent_store.fget(None) is True
+    assert 'os.getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0")' in \
+        inspect.getsource(dynamic_rendezvous.DynamicRendezvousHandler)
 
 
 def test_every_manifest_runs_the_course_image_and_launcher():

@@ -3,7 +3,7 @@
 import socket
 
 import pytest
-from conftest import BEHAVE, execute_notebook, processes_with
+from conftest import BEHAVE, ROOT, execute_notebook, processes_with
 
 import coursekit
 
@@ -15,6 +15,9 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     assert results["nodes"] == 2
     assert results["two_node_world_size"] == 2 * results["ranks_per_node"]
     assert results["two_node_ok"] is True
+    # CPU tier: CPU ranks with gloo and no note (a GPU tier with too few GPUs notes why)
+    assert results["two_node_device"] == "cpu" and results["two_node_backend"] == "gloo"
+    assert results["two_node_note"] == ""
     # the failures end, bounded, with the right errors
     assert results["missing_node_error"].endswith("RendezvousTimeoutError")
     assert results["bad_address_error"].startswith(
@@ -40,7 +43,8 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
         assert results["slurm_job_state"].startswith("not run: "), results["slurm_job_state"]
     else:
         assert results["slurm_job_state"] == "COMPLETED"
-        assert results["slurm_world_size"] == 2 * results["ranks_per_node"]
+        assert results["slurm_world_size"] == 2 * results["slurm_ranks_per_node"]
+        assert results["slurm_device"] == results["two_node_device"]
     assert results["manifests_validated"] == 3
     assert results["manifest_typo_rejected"] is True
 
@@ -55,6 +59,42 @@ def test_the_node_ranks_are_sorted_not_by_arrival():
     assert dataclasses.fields(dr._NodeDesc)[0].name == "addr"  # sorted by host, then pid
     assert dr._NodeDesc.__dataclass_params__.order
     assert "enumerate(sorted(state.participants))" in inspect.getsource(dr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capability, threads", [
+    ("native", None), ("default", 1), ("avx2", 2)])  # 3 launches each: every kernel, 1 and 2
+def test_the_restart_comparison_holds_with_every_cpu_kernel(capability, threads, setup,
+                                                            monkeypatch, tmp_path):
+    """Section 4's comparison without the kill: a run resumed from the checkpoint of step 10
+    against an uninterrupted one, in float64, within the notebook's rounding budget (steps x
+    ranks x eps x the largest parameter), under torch's default and AVX2 kernels besides
+    this CPU's own, and 1 or 2 threads per rank."""
+    import torch
+
+    if capability != "native":
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)  # the ranks inherit it
+    if threads:
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+    script, steps, name = ROOT / "launchers" / "multinode_train.py", 20, f"{capability}_{threads}"
+
+    def run(out, n):
+        args = ["--steps", n, "--save-every", 10, "--dtype", "float64", "--out", out]
+        return coursekit.run_launcher(script, args, setup=setup, nproc=2, echo=False,
+                                      name=f"restart_{name}_{n}").metrics
+
+    whole = run(tmp_path / "whole", steps)
+    run(tmp_path / "resumed", steps // 2)  # stops after the checkpoint of step 10
+    resumed = run(tmp_path / "resumed", steps)  # starts again from it
+    assert resumed["resumed_from_step"] == steps // 2 and whole["resumed_from_step"] == 0
+    if capability != "native":
+        assert resumed["cpu_capability"] == capability.upper()
+    a = torch.load(tmp_path / "whole" / "final.pt")
+    b = torch.load(tmp_path / "resumed" / "final.pt")
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    scale = max(p.abs().max().item() for p in a.values())
+    budget = steps * whole["world_size"] * torch.finfo(torch.float64).eps * max(scale, 1.0)
+    assert a["0.weight"].dtype == torch.float64 and diff <= budget
 
 
 def _free_port():
