@@ -106,13 +106,14 @@ def launchers_with_a_process_group() -> list[Path]:
 
 
 @pytest.mark.parametrize("launcher", launchers_with_a_process_group(), ids=lambda p: p.stem)
-def test_device_and_backend_are_chosen_in_one_place_for_every_tier(launcher):
+def test_device_and_backend_are_chosen_in_one_place_for_every_tier(launcher, monkeypatch):
     """The GPU tiers cannot run here: their choice is one function that the CPU runs call too,
     tested here for the environments of each tier (LOCAL_WORLD_SIZE, not WORLD_SIZE)."""
     source = launcher.read_text()
     assert "def device_and_backend(" in source, f"{launcher.name}: pick device and backend in " \
         "device_and_backend(requested, local_rank, local_world_size, n_gpus)"
     assert "device_id=" in source, f"{launcher.name}: pass device_id= to init_process_group"
+    monkeypatch.syspath_prepend(str(LAUNCHERS))  # as under torchrun: its folder is importable
     spec = importlib.util.spec_from_file_location(launcher.stem, launcher)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # a launcher runs only under `if __name__ == "__main__"`
