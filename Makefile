@@ -31,7 +31,7 @@ lint: setup
 bench: setup  ## overhead of the verify command over the runs it launches (see bench-ddp)
 	$(PY) benchmarks/verify_overhead.py
 
-# make bench-ddp SMOKE=1 NPROC=4 DEVICE=cuda: notebook 05's DP-vs-DDP benchmark on this machine
+# make bench-ddp SMOKE=1 NPROC=4 DEVICE=cuda: notebook 06's DP-vs-DDP benchmark on this machine
 bench-ddp: setup  ## DP vs DDP measured here: build/bench/<host>-<date>/report.json + plots
 	$(PY) -m coursekit.bench $(if $(SMOKE),--smoke) $(if $(NPROC),--nproc $(NPROC)) \
 		$(if $(DEVICE),--device $(DEVICE))

@@ -1,8 +1,8 @@
-"""The DP-vs-DDP benchmark of notebook 05, for instructors: one command per class machine.
+"""The DP-vs-DDP benchmark of notebook 06, for instructors: one command per class machine.
 
     python -m coursekit.bench [--smoke] [--nproc N] [--device auto|cpu|cuda] [--out DIR]
 
-Executes notebook 05 headlessly (papermill) on this machine and leaves in DIR
+Executes notebook 06 headlessly (papermill) on this machine and leaves in DIR
 (default ``build/bench/<host>-<date>``): ``report.json`` (the notebook's key figures and its
 claims, each held or not on this machine, the launcher's raw measurements, host and
 versions), the plots ``*.png``, the profiler's chrome trace, and the executed notebook.
@@ -22,8 +22,8 @@ from pathlib import Path
 from .config import check_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "notebooks" / "05_dp_vs_ddp_measured.ipynb"
-# the figures printed at the end (all of them are in report.json): notebook 05's own names
+NOTEBOOK = ROOT / "notebooks" / "06_dp_vs_ddp_measured.ipynb"
+# the figures printed at the end (all of them are in report.json): notebook 06's own names
 KEYS = ("tier", "world_size", "backend", "load_average_before", "ddp_over_dp_python",
         "ddp_over_dp_matmul", "efficiency_2", "sweep_compute_bound_efficiency",
         "sweep_comm_bound_efficiency", "prediction_points_above", "ddp_vs_blocking_ratio",
@@ -59,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {"host": platform.node(), "machine": platform.machine(), "python": sys.version,
               "torch": torch.__version__, "when": stamp, "figures": figures,
-              "measurements": json.loads((results / "05_bench_metrics.json").read_text())}
+              "measurements": json.loads((results / "06_bench_metrics.json").read_text())}
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    for png in (results / "05_plots").glob("*.png"):
+    for png in (results / "06_plots").glob("*.png"):
         shutil.copy(png, out / png.name)
-    shutil.copy(results / "05_ddp_step_trace.json", out / "ddp_step_trace.json")
+    shutil.copy(results / "06_ddp_step_trace.json", out / "ddp_step_trace.json")
     for key in KEYS:
         if key in figures:
             print(f"{key:30} {figures[key]}")

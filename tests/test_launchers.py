@@ -29,7 +29,7 @@ QUICK_ARGS = {
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],
-    # notebook 06's fixed launchers (their defaults are already small)
+    # notebook 07's fixed launchers (their defaults are already small)
     "pitfall_hang_fixed.py": ["--steps", "4", "--checkpoint-every", "2"],
     "pitfall_desync_fixed.py": ["--steps", "4", "--bad-step", "1"],
     "pitfall_unused_fixed.py": ["--steps", "4"],

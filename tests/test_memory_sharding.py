@@ -1,4 +1,4 @@
-"""The sharding calculator of notebook 08 (coursekit.memory), as pure functions."""
+"""The sharding calculator of notebook 09 (coursekit.memory), as pure functions."""
 
 import pytest
 

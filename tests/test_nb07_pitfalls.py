@@ -1,4 +1,4 @@
-"""Notebook 06: every pitfall reproduced (its error text matched), every fix green, the
+"""Notebook 07: every pitfall reproduced (its error text matched), every fix green, the
 exercise's check accepting the reference and rejecting a wrong answer, no process left."""
 
 from pathlib import Path
@@ -63,7 +63,7 @@ def test_the_batchnorm_fix_holds_with_every_cpu_kernel(capability, threads, setu
 @pytest.mark.slow
 def test_reference_solution_two_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it
-    r = execute_notebook("06", tmp_path, NPROC=2)
+    r = execute_notebook("07", tmp_path, NPROC=2)
     assert_every_pitfall(r)
     assert r["exercise_passed"] is True
     assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
@@ -72,7 +72,7 @@ def test_reference_solution_two_ranks(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_wrong_solution_three_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
-    r = execute_notebook("06", tmp_path, NPROC=3)
+    r = execute_notebook("07", tmp_path, NPROC=3)
     assert_every_pitfall(r)
     assert r["exercise_passed"] is False
     assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
@@ -117,7 +117,7 @@ def test_the_facts_the_notebook_teaches_are_this_torchs():
     # torchrun's agent turns on NCCL's async error handling (the watchdog ends the process)
     assert '"TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv(' in inspect.getsource(local_elastic_agent)
     # and the notebook says so, not the old "10 minutes (the default)"
-    nb = json.loads((ROOT / "notebooks" / "06_pitfalls_and_debugging.ipynb").read_text())
+    nb = json.loads((ROOT / "notebooks" / "07_pitfalls_and_debugging.ipynb").read_text())
     text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     assert "30 minutes with gloo and 10 with NCCL" in text
     assert "divide_by_initial_world_size=True" in text and "all-gathers" in text

@@ -1,4 +1,4 @@
-"""Notebook 05: DP vs DDP measured. Timing figures are ratios from one run of the notebook;
+"""Notebook 06: DP vs DDP measured. Timing figures are ratios from one run of the notebook;
 a test bounds one only where a run on an idle machine cannot miss it, whatever the CPU.
 The sentences the notebook states are its claims (checked by conftest's claims contract)."""
 
@@ -16,13 +16,13 @@ from conftest import ROOT, execute_notebook
 
 from coursekit import bench, evaluate
 
-NOTEBOOK = ROOT / "notebooks" / "05_dp_vs_ddp_measured.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "06_dp_vs_ddp_measured.ipynb"
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("nb05")
-    figures = execute_notebook("05", tmp, NPROC=2)
+    tmp = tmp_path_factory.mktemp("nb06")
+    figures = execute_notebook("06", tmp, NPROC=2)
     figures["_dir"] = tmp / "results"
     print(json.dumps({k: v for k, v in figures.items() if k != "_dir"}, indent=1))  # on failure
     return figures
@@ -134,7 +134,7 @@ def test_overlap_and_the_trace(results):
     assert 0 <= results["overlap_fraction"] <= 1
     assert "CPU time" in results["overlap_basis"]  # gloo on this tier: its threads
     assert results["trace_saved"] is True
-    trace = json.loads((results["_dir"] / "05_ddp_step_trace.json").read_text())
+    trace = json.loads((results["_dir"] / "06_ddp_step_trace.json").read_text())
     assert trace["traceEvents"]
 
 
@@ -147,7 +147,7 @@ def test_memory_and_plots(results):
     assert results["ddp_lines"] >= 5 and results["ddp_log_files"] >= 2
     for name in ("throughput", "memory", "efficiency_sweep", "buckets", "timeline",
                  "reported_case", "decision_path"):
-        assert (results["_dir"] / "05_plots" / f"{name}.png").stat().st_size > 1000
+        assert (results["_dir"] / "06_plots" / f"{name}.png").stat().st_size > 1000
 
 
 def test_every_measured_outcome_is_a_claim(results):
@@ -171,7 +171,7 @@ def test_bench_command_refuses_bad_parameters_before_starting_anything():
     assert "NPROC=0" in proc.stderr
 
 
-def test_bench_command_points_at_notebook_05():
+def test_bench_command_points_at_notebook_06():
     assert bench.NOTEBOOK.exists()
 
 
