@@ -1,4 +1,4 @@
-"""Notebook 09: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
+"""Notebook 10: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
 
 Also under ATEN_CPU_CAPABILITY=default and avx2, and with 1 and 2 threads per rank (torchrun's
 ranks inherit both): the float64 comparison must hold whatever kernels the CPU runs."""
@@ -13,7 +13,7 @@ import coursekit
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_sharding_notebook(nproc, tmp_path):
-    r = execute_notebook("09", tmp_path, NPROC=nproc)
+    r = execute_notebook("10", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc and r["backend"] == "gloo"
     # DDP: every rank holds the same whole state, and the calculator predicts it
     ddp_opt = r["ddp_optimizer_bytes_rank0"]
