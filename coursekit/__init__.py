@@ -3,6 +3,7 @@
 Lesson content lives in the notebooks and launchers; this package only runs them.
 """
 
+from .cells import show_diff, show_outline
 from .claims import Claim, Claims, claim, evaluate
 from .config import ParameterError, Setup, configure
 from .exercises import answer, answer_file, check_answer
@@ -29,4 +30,6 @@ __all__ = [
     "run_launcher",
     "run_nodes",
     "save_results",
+    "show_diff",
+    "show_outline",
 ]

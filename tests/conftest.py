@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import shutil
@@ -14,10 +15,12 @@ import pytest
 # nbformat's schema checks import rfc3987_syntax (1.7 s) when installed; see coursekit.verify
 sys.modules.setdefault("rfc3987_syntax", None)
 
+import nbformat  # noqa: E402
 import papermill  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 import coursekit  # noqa: E402
+from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -31,23 +34,92 @@ def notebook_path(stem_prefix: str) -> Path:
 
 
 CELL_TIMEOUT_S = 900
+FIGURE_HOOK = Path(__file__).parent / "ipython_startup" / "figure_check.py"
+
+
+def _ipython_dir(tmp_path: Path) -> Path:
+    """A private IPython profile whose startup file is the figure check (see FIGURE_HOOK)."""
+    ipython_dir = tmp_path / "ipython"
+    startup = ipython_dir / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIGURE_HOOK, startup / "00-figure_check.py")
+    return ipython_dir
+
+
+def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.NotebookNode:
+    """Execute ``notebook`` with papermill as the tests do, and return the executed copy,
+    after checking what a learner would see: no code cell printed more than
+    MAX_OUTPUT_LINES lines, and every figure had a title and axis labels (the figure hook,
+    an IPython startup file inside the kernel, recorded those that did not)."""
+    executed_path = tmp_path / notebook.name
+    figure_log = tmp_path / "figure-check.jsonl"
+    figure_log.unlink(missing_ok=True)
+    env = {"COURSEKIT_HEADLESS": "1", "COURSEKIT_FIGURE_LOG": str(figure_log),
+           "IPYTHONDIR": str(_ipython_dir(tmp_path))}  # fmt: skip
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits this process's environment
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(executed_path), parameters=parameters,
+            cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
+            # a cell that hangs fails its test (interrupted, so the runner kills what it
+            # started) instead of holding the whole suite until CI's limit; no cell needs this
+            execution_timeout=CELL_TIMEOUT_S, interrupt_on_timeout=True,
+            # a local socket, not TCP ports; its files go to the test's own folder
+            config=Config({"KernelManager": {"transport": "ipc", "ip": str(tmp_path / "kernel")}}),
+        )  # fmt: skip
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    executed = nbformat.read(executed_path, as_version=4)
+    assert_output_sizes(notebook, executed)
+    assert_figures_checked(notebook, executed, figure_log)
+    return executed
+
+
+def assert_output_sizes(notebook: Path, executed: nbformat.NotebookNode) -> None:
+    counted = [(i, c, output_lines(c)) for i, c in committed_cells(executed)]
+    too_long = [f"cell {i} ({n} lines): {_first_line(c.source)}"
+                for i, c, n in counted if n > MAX_OUTPUT_LINES]  # fmt: skip
+    assert not too_long, (
+        f"{notebook.name}: cells print more than {MAX_OUTPUT_LINES} lines (index as "
+        "committed; stream + text/plain):\n  " + "\n  ".join(too_long))
+
+
+def assert_figures_checked(notebook: Path, executed: nbformat.NotebookNode, log: Path) -> None:
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    assert records and "armed" in records[0], (
+        f"{notebook.name}: the figure check never ran in the kernel (no 'armed' line in {log})")
+    index = {}
+    for i, c in committed_cells(executed):
+        index.setdefault(hashlib.sha1(c.source.encode()).hexdigest(), i)
+    bad = []
+    for r in records[1:]:
+        where = f"cell {index.get(r['source_sha1'], '?')} ({r['first_line']})"
+        if "error" in r:
+            bad.append(f"{where}: {r['error']}")
+        else:
+            bad.append(f"{where}: {r['figure']}, axes {r['axes']} lacks {', '.join(r['lacks'])}")
+    assert not bad, (f"{notebook.name}: figures without a title or axis labels (index as "
+                     "committed):\n  " + "\n  ".join(bad))  # fmt: skip
+
+
+def _first_line(source: str) -> str:
+    lines = [line for line in source.splitlines() if line.strip()]
+    return lines[0][:100] if lines else ""
 
 
 def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
     """Run a notebook with papermill (SMOKE sizes unless told otherwise) as the course's
-    verify command does, check the results contract, and return its results file."""
+    verify command does, check what it shows (:func:`run_papermill`) and the results
+    contract, and return its results file."""
     notebook = notebook_path(stem_prefix)
     results_dir = tmp_path / "results"
-    papermill.execute_notebook(
-        str(notebook), str(tmp_path / notebook.name),
-        parameters={"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters},
-        cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
-        # a cell that hangs fails its test (interrupted, so the runner kills what it started)
-        # instead of holding the whole suite until CI's limit; no cell needs this long
-        execution_timeout=CELL_TIMEOUT_S, interrupt_on_timeout=True,
-        # a local socket, not TCP ports; its files go to the test's own folder
-        config=Config({"KernelManager": {"transport": "ipc", "ip": str(tmp_path / "kernel")}}),
-    )  # fmt: skip
+    run_papermill(notebook, tmp_path,
+                  {"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters})  # fmt: skip
     results = json.loads((results_dir / f"{notebook.stem}.json").read_text())
     assert results["notebook"] == notebook.stem
     assert results["tier"] in {"cpu", "single-gpu", "multi-gpu"}

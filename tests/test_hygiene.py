@@ -10,6 +10,14 @@ import nbformat
 import pytest
 from conftest import NOTEBOOKS, ROOT
 
+from coursekit.cells import (
+    MAX_OUTPUT_LINES,
+    is_collapsed,
+    is_long_writefile,
+    show_call,
+    shown_lines,
+)
+
 CONTRACT = {"DEVICE", "NPROC", "SMOKE", "TIMEOUT_S", "RESULTS_DIR"}
 
 
@@ -49,3 +57,33 @@ def test_ruff_is_clean():
     listed = subprocess.run([ruff, "check", "--show-files", "."], cwd=ROOT, capture_output=True,
                             text=True).stdout
     assert all(nb.name in listed for nb in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_long_launchers_are_collapsed_with_their_diff_in_view(notebook):
+    """A %%writefile cell over LONG_CELL_LINES non-blank lines is collapsed in JupyterLab, and
+    the next cell is one coursekit.show_diff/show_outline call about the file it writes, whose
+    output (computed here from the launcher files) fits MAX_OUTPUT_LINES."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    problems = []
+    for i, cell in enumerate(cells):
+        if not is_long_writefile(cell):
+            continue
+        written = cell.source.splitlines()[0].split(maxsplit=1)[1].strip()
+        where = f"cell {i} ({written})"
+        if not is_collapsed(cell):
+            problems.append(f"{where}: not collapsed (metadata jupyter.source_hidden)")
+        after = cells[i + 1] if i + 1 < len(cells) else None
+        call = show_call(after.source) if after and after.cell_type == "code" else None
+        if call is None:
+            problems.append(f"{where}: the next cell is not one coursekit.show_diff(old, new) "
+                            "or coursekit.show_outline(path) call")  # fmt: skip
+            continue
+        name, args = call
+        if args[-1] != written:
+            problems.append(f"{where}: the {name} after it is about {args[-1]}")
+        shown = shown_lines(after.source, notebook.parent)
+        if len(shown) > MAX_OUTPUT_LINES:
+            problems.append(f"{where}: its {name} shows {len(shown)} lines (at most "
+                            f"{MAX_OUTPUT_LINES}: show_outline, or a smaller step)")  # fmt: skip
+    assert not problems, "\n".join(problems)

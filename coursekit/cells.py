@@ -1,0 +1,178 @@
+"""What a learner reads next to a collapsed launcher cell, and how much a cell prints.
+
+A ``%%writefile`` cell longer than a screen is collapsed in JupyterLab (cell metadata
+``jupyter.source_hidden``); the cell after it shows what matters about the launcher:
+
+    coursekit.show_diff("../launchers/train_step1_data.py", "../launchers/train_step2_logging.py")
+    coursekit.show_outline("../launchers/train_step1_data.py")
+
+Both return a :class:`Listing`: JupyterLab shows it as highlighted Markdown, a plain text
+front end (and the executed notebook's ``text/plain``) as the same lines. :func:`diff_lines`
+and :func:`outline_lines` compute those lines without a kernel, for the tests and the class
+budget. :func:`output_lines` counts the lines one executed cell printed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from pathlib import Path
+
+LONG_CELL_LINES = 40  # a %%writefile cell with more non-blank lines than this is collapsed
+MAX_OUTPUT_LINES = 40  # what one cell may print (and what a diff or outline may show)
+CONTEXT_LINES = 1  # unchanged lines shown around each change of a diff
+SHOW_CALLS = ("show_diff", "show_outline")
+
+
+class Listing:
+    """Lines shown as a fenced Markdown block (``language`` highlights it) or plain text."""
+
+    def __init__(self, lines: list[str], language: str = ""):
+        self.lines, self.language = lines, language
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+    __repr__ = __str__  # text/plain: what a console or the output-size check sees
+
+    def _repr_markdown_(self) -> str:
+        return f"```{self.language}\n{self}\n```"
+
+
+def _shown_name(path: Path | str) -> str:
+    """``../launchers/x.py`` as the learner knows it: ``launchers/x.py``."""
+    parts = [p for p in Path(path).parts if p not in ("..", ".")]
+    return "/".join(parts[-2:]) if len(parts) > 1 else parts[0]
+
+
+def diff_lines(old: Path | str, new: Path | str, context: int = CONTEXT_LINES) -> list[str]:
+    """A header naming both files with the counts, then the unified diff's hunks."""
+    a, b = Path(old).read_text().splitlines(), Path(new).read_text().splitlines()
+    diff = list(difflib.unified_diff(a, b, n=context, lineterm=""))[2:]  # drop the ---/+++ pair
+    added = sum(line.startswith("+") for line in diff)
+    removed = sum(line.startswith("-") for line in diff)
+    header = (f"{_shown_name(old)} -> {_shown_name(new)}: +{added} -{removed} lines "
+              f"({len(b)} lines in all)")  # fmt: skip
+    return [header, *diff]
+
+
+def show_diff(old: Path | str, new: Path | str, context: int = CONTEXT_LINES) -> Listing:
+    """What changed from launcher ``old`` to launcher ``new`` (a unified diff)."""
+    return Listing(diff_lines(old, new, context), "diff")
+
+
+def _first_line(doc: str | None) -> str:
+    return doc.strip().splitlines()[0] if doc and doc.strip() else ""
+
+
+def outline_lines(path: Path | str) -> list[str]:
+    """The module docstring's first line, then each top-level function and class with its
+    line count and its docstring's first line."""
+    source = Path(path).read_text()
+    tree = ast.parse(source)
+    lines = [f"{_shown_name(path)} ({len(source.splitlines())} lines): "
+             f"{_first_line(ast.get_docstring(tree))}".rstrip(": ")]  # fmt: skip
+    defs = [n for n in tree.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]  # fmt: skip
+    names = [("class " if isinstance(n, ast.ClassDef) else "def ") + n.name for n in defs]
+    width = max(map(len, names), default=0)
+    for node, name in zip(defs, names, strict=True):
+        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        count = node.end_lineno - start + 1
+        doc = _first_line(ast.get_docstring(node))
+        lines.append(f"  {name.ljust(width)}  {count:4d} lines  {doc}".rstrip())
+    return lines
+
+
+def show_outline(path: Path | str) -> Listing:
+    """A short listing of launcher ``path``: what it does and what it is made of."""
+    return Listing(outline_lines(path), "text")
+
+
+def show_call(source: str) -> tuple[str, list[str]] | None:
+    """``("show_diff", [old, new])`` when ``source`` is exactly one call
+    ``coursekit.show_diff(...)`` or ``coursekit.show_outline(...)`` with string arguments."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return None
+    if len(body) != 1 or not isinstance(body[0], ast.Expr):
+        return None
+    call = body[0].value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == "coursekit"
+            and call.func.attr in SHOW_CALLS and not call.keywords
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                    for a in call.args)):  # fmt: skip
+        return None
+    return call.func.attr, [a.value for a in call.args]
+
+
+def shown_lines(source: str, notebook_dir: Path) -> list[str] | None:
+    """The lines a show_diff/show_outline cell prints, computed from the launcher files
+    (paths relative to ``notebook_dir``, the kernel's working directory); None when
+    ``source`` is not such a call."""
+    found = show_call(source)
+    if found is None:
+        return None
+    name, args = found
+    paths = [notebook_dir / a for a in args]
+    return diff_lines(*paths) if name == "show_diff" else outline_lines(*paths)
+
+
+def is_long_writefile(cell) -> bool:
+    """A ``%%writefile`` code cell with more than LONG_CELL_LINES non-blank lines."""
+    if cell.cell_type != "code" or not cell.source.startswith("%%writefile "):
+        return False
+    return sum(1 for line in cell.source.splitlines() if line.strip()) > LONG_CELL_LINES
+
+
+def is_collapsed(cell) -> bool:
+    return bool(cell.metadata.get("jupyter", {}).get("source_hidden"))
+
+
+def _text_lines(text: str | list[str]) -> int:
+    text = "".join(text) if isinstance(text, list) else text
+    return len(text.rstrip("\n").split("\n")) if text.strip() else 0
+
+
+UNCOUNTED_MIMES = ("image/", "application/vnd.jupyter.widget-view+json")
+
+
+def output_lines(cell) -> int:
+    """Lines of text one executed code cell shows: its streams (stdout, stderr, each taken
+    as one text, so a line written in pieces counts once) and the ``text/plain`` of its
+    results and displays (``text/markdown`` where a display has it: that is what is shown).
+    Pictures and widgets do not count; nor do errors (a failing cell fails anyway)."""
+    if cell.cell_type != "code":
+        return 0
+    streams: dict[str, str] = {}
+    count = 0
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            text = out.text if isinstance(out.text, str) else "".join(out.text)
+            streams[out.name] = streams.get(out.name, "") + text
+        elif out.output_type in ("execute_result", "display_data"):
+            data = out.get("data", {})
+            if any(m.startswith(UNCOUNTED_MIMES) for m in data):
+                continue
+            count += _text_lines(data.get("text/markdown", data.get("text/plain", "")))
+    return count + sum(_text_lines(t) for t in streams.values())
+
+
+def committed_cells(executed_nb) -> list[tuple[int, object]]:
+    """(index in the committed notebook, cell) for each cell of a papermill-executed copy:
+    the cells papermill added (injected parameters, error banner) are left out."""
+    added = {"injected-parameters", "papermill-error-cell-tag"}
+    cells = [c for c in executed_nb.cells if not added & set(c.metadata.get("tags", []))]
+    return list(enumerate(cells))
+
+
+def longest_output(executed_nb) -> tuple[int, int | None]:
+    """(lines, committed index) of the cell that printed the most lines."""
+    best = (0, None)
+    for i, cell in committed_cells(executed_nb):
+        n = output_lines(cell)
+        if n > best[0]:
+            best = (n, i)
+    return best
