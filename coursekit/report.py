@@ -22,6 +22,8 @@ from pathlib import Path
 import nbformat
 import psutil
 
+from .cells import is_collapsed, shown_lines
+
 READING_WPM = 100  # words per minute for explanations a learner is meant to understand
 CODE_LINES_PER_MIN = 12  # a learner reads a code cell before running it
 EXERCISE_MIN = 10  # per exercise: try, read the check, try again
@@ -34,12 +36,14 @@ def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
     reading (markdown words at READING_WPM) + code (lines at CODE_LINES_PER_MIN) +
     running (the seconds this verify run measured) + EXERCISE_MIN per ``check_answer``,
     rounded up to ROUND_TO_MIN. Explaining and questions come on top: that is the
-    instructor's to add.
+    instructor's to add. A collapsed cell (``jupyter.source_hidden``: a long launcher)
+    followed by a ``coursekit.show_diff``/``show_outline`` cell counts as the lines that
+    cell shows, computed from the launcher files: that is what the learner reads.
     """
     nb = nbformat.read(notebook, as_version=4)
     words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     code = [c.source for c in nb.cells if c.cell_type == "code"]
-    lines = sum(1 for src in code for line in src.splitlines() if line.strip())
+    lines = sum(_lines_read(nb.cells, i, notebook.parent) for i in range(len(nb.cells)))
     exercises = sum(src.count("check_answer(") for src in code)
     parts = {
         "reading": words / READING_WPM,
@@ -50,6 +54,22 @@ def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
     total = ROUND_TO_MIN * math.ceil(sum(parts.values()) / ROUND_TO_MIN)
     return {"minutes": total, **{k: round(v, 1) for k, v in parts.items()},
             "words": words, "code_lines": lines, "n_exercises": exercises}  # fmt: skip
+
+
+def _lines_read(cells: list, i: int, notebook_dir: Path) -> int:
+    """Non-blank code lines a learner reads in ``cells[i]``: for a collapsed cell with a
+    show_diff/show_outline cell after it, the lines that one shows instead."""
+    cell = cells[i]
+    if cell.cell_type != "code":
+        return 0
+    if is_collapsed(cell) and i + 1 < len(cells) and cells[i + 1].cell_type == "code":
+        try:
+            shown = shown_lines(cells[i + 1].source, notebook_dir)
+        except (OSError, SyntaxError):
+            shown = None  # a launcher file missing or broken: count the cell itself
+        if shown is not None:
+            return sum(1 for line in shown if line.strip())
+    return sum(1 for line in cell.source.splitlines() if line.strip())
 
 
 def hardware() -> dict:

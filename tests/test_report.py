@@ -141,6 +141,42 @@ def test_class_minutes_adds_reading_code_running_and_exercises(tmp_path):
     assert class_minutes(path, None)["running"] == 0
 
 
+def test_class_minutes_counts_a_collapsed_launcher_as_what_is_shown_after_it(tmp_path):
+    launcher = "\n".join(f"x{i} = {i}" for i in range(120))  # 120 lines, no function
+    (tmp_path / "long.py").write_text('"""A long launcher."""\n' + launcher + "\n")
+    writefile = nbformat.v4.new_code_cell("%%writefile long.py\n" + launcher)
+    outline = nbformat.v4.new_code_cell('coursekit.show_outline("long.py")')  # 1 line, shows 1
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[writefile, outline]), path)
+    assert class_minutes(path, None)["code_lines"] == 121 + 1  # not collapsed: all of it
+    writefile.metadata["jupyter"] = {"source_hidden": True}
+    nbformat.write(nbformat.v4.new_notebook(cells=[writefile, outline]), path)
+    assert class_minutes(path, None)["code_lines"] == 1 + 1  # the outline's line, and the call
+
+
+def readme_verify_seconds() -> dict[str, float]:
+    """Notebook number -> full-size verify seconds, from the README's table under
+    'How long each notebook takes' (rows like ``| 03 your first DDP run | 20 | 35 min |``)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### How long each notebook takes"):]
+    section = section[:section.find("\n#", 1)] if "\n#" in section[1:] else section
+    rows = re.findall(r"^\|\s*(\d\d)\b[^|]*\|\s*([\d.]+)\s*\|", section, re.M)
+    return {number: float(seconds) for number, seconds in rows}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_fits_a_class(notebook):
+    """Class time at full size (the README's verify seconds; 0 for a notebook without a row)
+    is at most an hour."""
+    seconds = readme_verify_seconds().get(notebook.name[:2], 0)
+    budget = class_minutes(notebook, seconds)
+    assert budget["minutes"] <= 60, f"{notebook.stem}: {budget} with {seconds} s of running"
+
+
+def test_the_readme_table_is_read():
+    assert set(readme_verify_seconds()) >= {"00", "03"}
+
+
 @pytest.mark.slow
 def test_report_opens_in_the_browser_with_every_notebook_row(verified):
     build, notebooks = verified
