@@ -12,11 +12,13 @@ VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPRO
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml jupyter/overrides.json
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements-dev.txt -e .
 	# the notebooks name the kernel "python3": make it this environment's Python
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ddp-course)"
+	# the course's JupyterLab defaults: no "Jupyter news" question, no update check
+	install -D -m 644 jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 verify: setup  ## execute every notebook headlessly and report

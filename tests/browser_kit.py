@@ -24,6 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
+# JupyterLab's default overrides for the course (jupyterlab_server/settings_utils.py reads
+# <app dir>/settings/overrides.json; the app dir is <sys.prefix>/share/jupyter/lab)
+LAB_OVERRIDES = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 # as this machine needs them: without the networking flags Chromium keeps dialling out
 # through a closed network; --headless comes from Playwright
@@ -98,20 +101,21 @@ class Lab:
         }
         for folder in dirs.values():
             folder.mkdir(parents=True, exist_ok=True)
-        # no "get notified about Jupyter news?" toast over the screenshots
-        news = dirs["JUPYTERLAB_SETTINGS_DIR"] / "@jupyterlab" / "apputils-extension"
-        news.mkdir(parents=True)
-        (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+        # no "Jupyter news?" question: the course's overrides, as `make setup` installs them
+        if not LAB_OVERRIDES.exists():
+            pytest.fail(f"{LAB_OVERRIDES} is missing: `make setup` installs it from "
+                        "jupyter/overrides.json (or: install -D jupyter/overrides.json "
+                        f"{LAB_OVERRIDES})")  # fmt: skip
         env = {**os.environ, **{k: str(v) for k, v in dirs.items()},
                # the kernels import this checkout's coursekit, as `make lab` does
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env.pop("COURSEKIT_HEADLESS", None)  # a front end is attached: widgets are drawn
         self.log = (scratch / "jupyterlab.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
              f"--port={self.port}", "--port-retries=0", f"--IdentityProvider.token={self.token}",
-             f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-             "--LabApp.extension_manager=readonly", "--allow-root"],
+             f"--ServerApp.root_dir={root}", "--LabApp.extension_manager=readonly",
+             "--allow-root"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )  # fmt: skip
@@ -147,12 +151,28 @@ class Lab:
             body = response.read()
         return json.loads(body) if body else None
 
+    def shutdown_kernels(self) -> None:
+        """Shut down every kernel of this server (each one stops the runs it started)."""
+        for kernel in self.api("kernels"):
+            self.api(f"kernels/{kernel['id']}", method="DELETE")
+
+    def kernel_processes(self) -> list:
+        import psutil
+
+        return [p for p in psutil.process_iter(["cmdline"])
+                if str(self.runtime_dir) in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+
+    def course_processes(self) -> list:
+        """Live processes of the served course other than the server and its kernels: the
+        runs the notebooks started (torchrun, its workers, a TensorBoard)."""
+        ours = {self.proc.pid} | {p.pid for p in self.kernel_processes()}
+        return [p for p in processes_in(self.root) if p.pid not in ours]
+
     def stop(self) -> None:
         """Shut the kernels down (they stop their runs), then the server; kill what is left."""
         try:
             if self.proc.poll() is None:
-                for kernel in self.api("kernels"):
-                    self.api(f"kernels/{kernel['id']}", method="DELETE")
+                self.shutdown_kernels()
                 self.proc.terminate()  # the server shuts down whatever kernel is still up
                 self.proc.wait(30)
         finally:

@@ -3,25 +3,35 @@
 One JupyterLab from the course environment serves a copy of notebooks/ and launchers/
 (running a notebook writes its launchers and results: the checkout stays untouched), plus
 the fixture notebooks in tests/browser/. Notebook 00 runs as committed; the copies of the
-others have SMOKE = True, to keep CI short. Screenshots land in build/test-artifacts/browser/.
+others have SMOKE = True, to keep CI short, and notebook 04's copy starts its TensorBoard
+(OPEN_TENSORBOARD = True). Every notebook is opened, run with Run All to its end, saved, and
+its saved outputs checked; its kernel is shut down after it, and nothing it started may be
+left. Screenshots land in build/test-artifacts/browser/.
+
+A subset while developing: ``pytest tests/test_browser.py -k "03 or interrupt"``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 from browser_kit import Lab, artifacts_dir, launch_browser, processes_in, sync_playwright
-from conftest import NOTEBOOKS, ROOT, processes_with
+from conftest import NOTEBOOKS, ROOT, assert_claims_contract, processes_with
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parent / "browser"
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on show
 SLIDER = re.compile(r"\binteract(ive)?\(|(Int|Float)(Range|Log)?Slider\(")
+RUN_ALL_TIMEOUT_S = 900  # one notebook at SMOKE sizes, Run All to the last cell
+OWN_TEST = ("00_", "01_", "04_")  # notebooks whose own test below also runs them to the end
 
 
 def calculator_notebooks() -> list[Path]:
@@ -40,6 +50,18 @@ def smoke(notebook: Path) -> None:
     nbformat.write(nb, notebook)
 
 
+def open_tensorboard(notebook: Path) -> None:
+    """Set OPEN_TENSORBOARD = True in this (served, copied) notebook 04."""
+    nb = nbformat.read(notebook, as_version=4)
+    n = 0
+    for cell in nb.cells:
+        cell.source, k = re.subn(r"^OPEN_TENSORBOARD = False\b", "OPEN_TENSORBOARD = True",
+                                 cell.source, flags=re.M)  # fmt: skip
+        n += k
+    assert n == 1, f"{notebook.name}: no single 'OPEN_TENSORBOARD = False' line"
+    nbformat.write(nb, notebook)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     served = tmp_path_factory.mktemp("course")
@@ -47,6 +69,8 @@ def lab(tmp_path_factory):
     for nb in (served / "notebooks").glob("[0-9][0-9]_*.ipynb"):
         if not nb.name.startswith("00_"):  # 00 as committed; the others at SMOKE sizes
             smoke(nb)
+        if nb.name.startswith("04_"):
+            open_tensorboard(nb)
     shutil.copytree(ROOT / "launchers", served / "launchers")
     shutil.copytree(FIXTURES, served / "fixtures")
     server = Lab(served, tmp_path_factory.mktemp("jupyter"))
@@ -81,6 +105,28 @@ def shots():
     return artifacts_dir("browser")
 
 
+@pytest.fixture(autouse=True)
+def kernels_shut_down_after_each_test(lab):
+    """One notebook at a time: its kernel is shut down after it, and nothing it started
+    (torchrun, workers, a TensorBoard) outlives that kernel."""
+    yield
+    lab.shutdown_kernels()
+    left = [] if wait_for(lambda: not lab.course_processes(), 20) else lab.course_processes()
+    for survivor in left:  # fail, but leave nothing behind
+        survivor.kill()
+    assert not left, f"processes outlived their kernel: {[p.info['cmdline'] for p in left]}"
+
+
+def wait_for(condition, timeout: float, interval: float = 0.3):
+    """condition()'s first true value within ``timeout`` seconds, else None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value or None
+        time.sleep(interval)
+
+
 def open_and_run_all(page, lab: Lab, path: str) -> None:
     """Open a notebook, wait for its kernel, then Run > Run All Cells, as a person would."""
     page.goto(lab.url(path))
@@ -98,16 +144,88 @@ def outputs(page):
     return page.locator(f"{PANEL} .jp-OutputArea-output")
 
 
+# the prompt of each code cell of the notebook on show: "[3]:", "[*]:" (running or queued)
+PROMPTS_JS = """panel => [...document.querySelectorAll(panel + ' .jp-CodeCell .jp-InputPrompt')]
+                   .map(e => e.innerText.trim())"""
+# true when the cell running now (the first [*] in order) shows a progress bar widget
+RUNNING_BAR_JS = """panel => {
+    const cells = [...document.querySelectorAll(panel + ' .jp-CodeCell')];
+    const running = cells.find(c => c.querySelector('.jp-InputPrompt').innerText.includes('*'));
+    return !!(running && running.querySelector('.widget-hprogress'));
+}"""
+NEWS = re.compile(r"Jupyter news", re.I)
+
+
+def run_to_the_end(page, lab: Lab, path: str, watch=None) -> nbformat.NotebookNode:
+    """Run All, wait until no cell runs or waits and the kernel is idle, save the notebook
+    and return it as saved (its outputs as the browser received them). ``watch(page)`` is
+    called about once a second meanwhile."""
+    open_and_run_all(page, lab, path)
+    idle = page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    start, quiet = time.monotonic(), 0
+    while quiet < 3:  # three looks in a row with nothing running: the end
+        assert time.monotonic() - start < RUN_ALL_TIMEOUT_S, (
+            f"{path}: still running after {RUN_ALL_TIMEOUT_S} s (prompts "
+            f"{page.evaluate(PROMPTS_JS, PANEL)})")
+        if watch is not None:
+            watch(page)
+        prompts = page.evaluate(PROMPTS_JS, PANEL)
+        started = any(re.search(r"\d", p) for p in prompts)
+        quiet = quiet + 1 if started and not any("*" in p for p in prompts) and idle.count() else 0
+        time.sleep(1)
+    print(f"\n{path}: Run All took {time.monotonic() - start:.0f} s in the browser")
+    before = lab.api(f"contents/{path}", method="GET")["last_modified"]
+    page.locator(f"{PANEL} .jp-NotebookPanel-toolbar [data-command='docmanager:save']").click()
+    assert wait_for(lambda: lab.api(f"contents/{path}")["last_modified"] != before, 30), (
+        f"{path}: saving it from the toolbar changed nothing on disk")
+    content = lab.api(f"contents/{path}")["content"]
+    return nbformat.reads(json.dumps(content), as_version=4)
+
+
+def assert_ran_cleanly(nb: nbformat.NotebookNode, path: str) -> None:
+    """Every code cell ran, and none shows an error."""
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
+    not_run = [f"cell {i}: {c.source.splitlines()[0][:80]}" for i, c in code
+               if c.execution_count is None]  # fmt: skip
+    errors = [f"cell {i}: {o.get('ename')}: {o.get('evalue', '')[:300]}"
+              for i, c in code for o in c.outputs if o.output_type == "error"]  # fmt: skip
+    assert not errors, f"{path}: error output in the browser:\n  " + "\n  ".join(errors)
+    assert not not_run, f"{path}: cells Run All never ran:\n  " + "\n  ".join(not_run)
+
+
+def assert_no_news_question(page) -> None:
+    toasts = page.locator(".Toastify__toast, .jp-Notification-Toast")
+    asked = [t for t in toasts.all_inner_texts() if NEWS.search(t)]
+    assert not asked, f"JupyterLab asked about Jupyter news: {asked}"
+
+
+def finish(page, lab: Lab, path: str, shots: Path) -> dict:
+    """Screenshot the end of the notebook; check the news toast and the results file."""
+    page.locator(f"{PANEL} .jp-Cell").last.scroll_into_view_if_needed()
+    page.screenshot(path=shots / f"{Path(path).stem}.png")
+    assert_no_news_question(page)
+    results = json.loads((lab.root / "build" / "results" / f"{Path(path).stem}.json").read_text())
+    assert_claims_contract(results)
+    return results
+
+
+@pytest.mark.parametrize("notebook", [nb for nb in NOTEBOOKS if not nb.name.startswith(OWN_TEST)],
+                         ids=lambda p: p.stem)  # fmt: skip
+def test_every_notebook_runs_to_the_end_in_the_browser(lab, page, shots, notebook):
+    path = f"notebooks/{notebook.name}"
+    assert_ran_cleanly(run_to_the_end(page, lab, path), path)
+    finish(page, lab, path, shots)
+
+
 def test_notebook_00_says_ready_in_the_browser(lab, page, shots):
-    open_and_run_all(page, lab, "notebooks/00_environment_check.ipynb")
+    path = "notebooks/00_environment_check.ipynb"
+    assert_ran_cleanly(run_to_the_end(page, lab, path), path)
     ready = re.compile(r"READY: the course will run on the \S+ tier")
     verdict = outputs(page).filter(has_text=ready)
-    verdict.first.wait_for(timeout=240_000)
     verdict.first.scroll_into_view_if_needed()
     page.screenshot(path=shots / "00_verdict.png")
     assert "NOT READY" not in outputs(page).all_inner_texts()[-1]
-    assert outputs(page).filter(has_text="Traceback").count() == 0
-    assert (lab.root / "build" / "results" / "00_environment_check.json").exists()
+    finish(page, lab, path, shots)
 
 
 def test_a_launcher_run_shows_live_lines_and_progress_while_it_runs(lab, page, shots):
@@ -140,11 +258,12 @@ def test_a_launcher_run_shows_live_lines_and_progress_while_it_runs(lab, page, s
 
 @pytest.mark.parametrize("path", ["notebooks/01_why_is_my_second_gpu_idle.ipynb"])
 def test_moving_the_calculator_slider_changes_its_output(lab, page, shots, path):
-    open_and_run_all(page, lab, path)
+    assert_ran_cleanly(run_to_the_end(page, lab, path), path)
+    finish(page, lab, path, shots)
     panel = page.locator(PANEL)
     calculator = panel.locator(".widget-interact").first
     handle = calculator.locator(".noUi-handle").first
-    handle.wait_for(timeout=300_000)
+    handle.wait_for(timeout=30_000)
     readout = calculator.locator(".widget-readout").first
     shown = calculator.locator(".widget-output").first
 
@@ -174,3 +293,74 @@ def test_moving_the_calculator_slider_changes_its_output(lab, page, shots, path)
 def test_notebook_01_has_the_memory_calculator(notebook):
     """Notebook 01 (once merged) carries the slider calculator the browser test moves."""
     assert notebook in calculator_notebooks(), "notebook 01 has no ipywidgets slider"
+
+
+def tensorboard_port(lab: Lab, nb: nbformat.NotebookNode) -> int:
+    """The port of the TensorBoard notebook 04 started: from the URL its cell printed, or
+    from TensorBoard's own info file (tensorboard/manager.py: <tempdir>/.tensorboard-info;
+    the kernel inherits this process's TMPDIR)."""
+    cell = next(c for c in nb.cells if "OPEN_TENSORBOARD = True" in c.source)
+    shown = " ".join(str(o.get("text", "")) + json.dumps(o.get("data", {})) for o in cell.outputs)
+    m = re.search(r"https?://(?:localhost|127\.0\.0\.1):(\d+)", shown)
+    if m:
+        return int(m.group(1))
+    infos = list((Path(tempfile.gettempdir()) / ".tensorboard-info").glob("pid-*.info"))
+    assert infos, f"notebook 04 started no TensorBoard; its cell showed: {shown[:1500]}"
+    return json.loads(infos[-1].read_text())["port"]
+
+
+def test_notebook_04_shows_live_progress_and_its_tensorboard(lab, page, shots):
+    """A progress bar widget while a launch runs; the TensorBoard the notebook starts serves
+    the run's scalars, and its page shows the loss curve."""
+    path = "notebooks/04_a_real_ddp_training_loop.ipynb"
+    seen = []
+
+    def watch(page):
+        if not seen and page.evaluate(RUNNING_BAR_JS, PANEL):
+            seen.append(time.monotonic())
+            page.locator(f"{PANEL} .widget-hprogress").last.scroll_into_view_if_needed()
+            page.screenshot(path=shots / "04_live_progress.png")
+
+    nb = run_to_the_end(page, lab, path, watch=watch)
+    assert_ran_cleanly(nb, path)
+    finish(page, lab, path, shots)
+    assert seen, "no progress bar widget showed in a running cell of notebook 04"
+
+    port = tensorboard_port(lab, nb)
+    base = f"http://localhost:{port}"
+    with urllib.request.urlopen(f"{base}/data/plugin/scalars/tags", timeout=30) as response:
+        tags = json.loads(response.read())  # {run: {tag: {...}}}
+    losses = [(run, tag) for run, run_tags in tags.items() for tag in run_tags if "loss" in tag]
+    assert losses, f"TensorBoard on port {port} serves no loss scalars: {tags}"
+    board = page.context.new_page()
+    board.goto(f"{base}/#timeseries")
+    board.get_by_text(losses[0][1]).first.wait_for(timeout=60_000)
+    board.locator("line-chart, .line-chart, canvas, svg path").first.wait_for(timeout=60_000)
+    time.sleep(2)  # the chart draws its lines after the card appears
+    board.screenshot(path=shots / "04_tensorboard_loss.png")
+    board.close()
+
+
+def test_the_stop_button_interrupts_a_launch_and_leaves_nothing(lab, page, shots):
+    path = "fixtures/fixture_interrupt.ipynb"
+    open_and_run_all(page, lab, path)
+    cell = page.locator(f"{PANEL} .jp-CodeCell").first
+    cell.locator(".widget-hprogress, .jp-OutputArea-output").first.wait_for(timeout=120_000)
+    bar = cell.locator(".widget-hprogress .progress-bar")
+    assert wait_for(lambda: bar.count() and bar.first.evaluate("e => parseFloat(e.style.width)"),
+                    120), "the launch's progress bar never moved"  # fmt: skip
+    assert any("steps_live.py" in " ".join(p.info["cmdline"] or []) for p in lab.course_processes())
+    page.screenshot(path=shots / "interrupt_before.png")
+    toolbar = page.locator(f"{PANEL} .jp-NotebookPanel-toolbar")
+    toolbar.locator("[data-command='notebook:interrupt-kernel']").click()
+    idle = page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    assert wait_for(lambda: "*" not in cell.locator(".jp-InputPrompt").inner_text()
+                    and idle.count(), 60), "the cell still runs 60 s after the stop button"
+    page.screenshot(path=shots / "interrupt_after.png")
+    text = cell.locator(".jp-OutputArea").inner_text()
+    assert "KeyboardInterrupt" in text, text[-2000:]
+    assert not re.search(r"^THE LONG RUN WAS NOT INTERRUPTED$", text, re.M), text[-2000:]
+    (kernel,) = lab.api("kernels")
+    assert kernel["execution_state"] == "idle", kernel  # the same kernel, back and idle
+    left = [] if wait_for(lambda: not lab.course_processes(), 15) else lab.course_processes()
+    assert not left, f"left after the stop button: {[p.info['cmdline'] for p in left]}"
