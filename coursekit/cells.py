@@ -131,6 +131,17 @@ def is_collapsed(cell) -> bool:
     return bool(cell.metadata.get("jupyter", {}).get("source_hidden"))
 
 
+def collapsed_summary(cell) -> str:
+    """What a collapsed cell is, for a ``<summary>``: ``launchers/x.py (N lines)`` for a
+    ``%%writefile`` cell (N: the file's lines), else its first line and its length."""
+    lines = cell.source.splitlines()
+    first = lines[0] if lines else ""
+    if first.startswith("%%writefile"):
+        target = first.split(maxsplit=1)[1].split()[-1] if " " in first.strip() else "?"
+        return f"{_shown_name(target)} ({len(lines) - 1} lines)"
+    return f"{first[:80]} ({len(lines)} lines)"
+
+
 def _text_lines(text: str | list[str]) -> int:
     text = "".join(text) if isinstance(text, list) else text
     return len(text.rstrip("\n").split("\n")) if text.strip() else 0

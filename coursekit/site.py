@@ -6,8 +6,11 @@ Pages come from the executed copies that the verify command leaves in ``build/ex
 rendered by nbconvert's JupyterLab template; a notebook with no executed copy is rendered as
 committed, without outputs, and its page says so. ``index.html`` lists the course in order
 with each notebook's verify status, seconds and class budget (from ``build/verify.json``),
-and links the instructor's report when there is one. Plots are embedded in the pages: the
-folder can be copied anywhere and read offline.
+and links the instructor's report when there is one. Plots are embedded in the pages and
+the mathematics is typeset by a copy of MathJax inside the site (``mathjax/``, from the
+jupyter-server-mathjax package): the folder can be copied anywhere and read offline; no page
+loads a script from the web. A launcher cell collapsed in JupyterLab (``jupyter.source_hidden``)
+is a collapsible ``<details>`` on its page, its summary naming the file and its length.
 """
 
 from __future__ import annotations
@@ -20,13 +23,61 @@ import shutil
 import sys
 from pathlib import Path
 
+import jinja2
 import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors import TagRemovePreprocessor
 
+from .cells import collapsed_summary, is_collapsed
 from .report import class_minutes
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+MATHJAX_DIR = "mathjax"  # inside the site
+MATHJAX_URL = f"{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+
+# nbconvert's JupyterLab page, less what would come from the web: require.js (only widget
+# views need it, and those need their JavaScript from a CDN too: a widget cell shows its
+# static picture instead), mermaid (no notebook draws diagrams with it); collapsed cells
+# become <details>.
+PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{% block input_group -%}
+{%- if cell.metadata.get("course_collapsed") -%}
+<details class="course-collapsed"><summary>{{ cell.metadata.course_collapsed | e }}</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{%- endblock input_group %}
+"""
+
+
+def mathjax_source() -> Path | None:
+    """The folder of MathJax 2 that jupyter-server-mathjax ships, or None if not installed."""
+    try:
+        import jupyter_server_mathjax
+    except ImportError:
+        return None
+    static = Path(jupyter_server_mathjax.__file__).parent / "static"
+    return static if (static / "MathJax.js").exists() else None
+
+
+def copy_mathjax(out: Path) -> bool:
+    """Copy MathJax into ``out/mathjax`` (English only); False when it is not installed."""
+    source = mathjax_source()
+    if source is None:
+        return False
+
+    def other_languages(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n != "en"] if Path(folder).name == "localization" else []
+
+    shutil.copytree(source, out / MATHJAX_DIR, ignore=other_languages)
+    return True
 
 
 def title_of(nb: nbformat.NotebookNode, fallback: str) -> str:
@@ -44,9 +95,16 @@ def _banner(text: str) -> str:
 def render(notebook: Path, executed: Path | None, verified: dict | None) -> tuple[str, str]:
     """(title, html page) of one notebook."""
     nb = nbformat.read(executed or notebook, as_version=4)
+    for cell in nb.cells:
+        if is_collapsed(cell):
+            cell.metadata["course_collapsed"] = collapsed_summary(cell)
     # the parameters papermill injected are the verify run's business, not the reader's
     remove = TagRemovePreprocessor(remove_cell_tags={"injected-parameters"}, enabled=True)
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    exporter = HTMLExporter(
+        template_name="lab", embed_images=True, mathjax_url=MATHJAX_URL,
+        extra_loaders=[jinja2.DictLoader({"course_page.html.j2": PAGE_TEMPLATE})],
+        template_file="course_page.html.j2",
+    )  # fmt: skip
     exporter.register_preprocessor(remove, enabled=True)
     body, _ = exporter.from_notebook_node(nb)
     title = title_of(nb, notebook.stem)
@@ -73,6 +131,9 @@ def build_site(build: Path, out: Path, notebooks_dir: Path = ROOT / "notebooks")
         verified = {r["notebook"]: r for r in json.loads(verify_json.read_text())["notebooks"]}
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    if not copy_mathjax(out):
+        print("note: jupyter-server-mathjax is not installed: the pages show their "
+              "mathematics as TeX source (pip install -r requirements-dev.txt)", file=sys.stderr)
     pages, rows = [], []
     for nb in notebooks:
         executed = build / "executed" / nb.name

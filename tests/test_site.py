@@ -9,7 +9,11 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
+from browser_kit import artifacts_dir, launch_browser, sync_playwright
 from conftest import NOTEBOOKS, ROOT
+
+from coursekit.site import build_site
 
 # a 1x1 PNG: stands for a plot of the verified run
 PIXEL = base64.b64encode(bytes.fromhex(
@@ -62,3 +66,57 @@ def test_make_site_is_one_target():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^site:", makefile, re.M)
     assert "coursekit.site" in makefile
+
+
+def planted_course(tmp_path):
+    """A one-notebook course with mathematics and a collapsed launcher cell, built as a site."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    launcher = "\n".join(f"x{i} = {i}" for i in range(50))
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 00 · Planted\n\nThe ring moves $2(N-1)/N$ of the data:"
+                                      "\n\n$$t = \\frac{S}{B}$$"),
+        nbformat.v4.new_code_cell("%%writefile ../launchers/planted.py\n" + launcher,
+                                  metadata={"jupyter": {"source_hidden": True}}),
+        nbformat.v4.new_code_cell('coursekit.show_outline("../launchers/planted.py")'),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                "language": "python"}})  # fmt: skip
+    nbformat.write(nb, notebooks / "00_planted.ipynb")
+    build_site(tmp_path / "build", tmp_path / "site", notebooks)
+    return tmp_path / "site"
+
+
+def test_site_loads_no_script_from_the_web_and_collapses_launchers(tmp_path):
+    site = planted_course(tmp_path)
+    page = (site / "00_planted.html").read_text()
+    scripts = re.findall(r"<script[^>]*\bsrc=\"([^\"]+)\"", page)
+    assert scripts and not [s for s in scripts if re.match(r"(https?:)?//", s)], scripts
+    for src in scripts:  # every script it loads is in the site itself
+        assert (site / src.split("?")[0]).is_file(), src
+    assert "MathJax.js" in " ".join(scripts)
+    assert not re.search(r"import\(\"https?:", page)  # nor a module imported from the web
+    assert ('<details class="course-collapsed"><summary>launchers/planted.py (50 lines)'
+            "</summary>") in page  # fmt: skip
+    assert ">x49<" in page  # collapsed, not removed
+
+
+@pytest.mark.slow
+def test_site_typesets_its_mathematics_offline(tmp_path):
+    site = planted_course(tmp_path)
+    with sync_playwright()() as playwright:
+        browser = launch_browser(playwright)
+        try:
+            page = browser.new_page()
+            outside = []
+            page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(
+                ("file:", "data:")) else None)  # fmt: skip
+            page.goto((site / "00_planted.html").as_uri())
+            page.wait_for_function(
+                "() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0"
+                " && document.querySelectorAll('.MathJax, .MathJax_Display').length >= 2",
+                timeout=30_000)  # fmt: skip
+            page.screenshot(path=artifacts_dir("site") / "mathematics.png")
+            assert outside == []
+            assert not page.locator("details.course-collapsed").evaluate("d => d.open")
+        finally:
+            browser.close()
