@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Setup
-from .runner import LauncherFailed, LauncherTimeout, RunResult, _label, fresh_run_dir, run_launcher
+from .runner import (
+    Echo,
+    LauncherFailed,
+    LauncherTimeout,
+    RunResult,
+    _label,
+    check_echo,
+    fresh_run_dir,
+    run_launcher,
+)
 
 
 @dataclass
@@ -68,8 +77,31 @@ class JobResult:
 
     @property
     def output(self) -> str:
+        return self.log()
+
+    def log(self, rank: int | None = None) -> str:
+        """Every line of the job (agents' lines marked ``[nodeN]``, ranks' ``[rankR]``), or
+        only rank ``rank``'s lines."""
+        if rank is not None:
+            return "\n".join(self.rank_lines(rank))
         return "\n".join(f"[node{n}] {text}" if r is None else _label(r, text)
                          for n, r, text in self.lines)
+
+    def failure(self) -> str:
+        """Why the job failed, in a few lines (the first failed node's ``failure()``)."""
+        failed = [i for i, n in enumerate(self.nodes) if n is None or not n.ok]
+        if not failed:
+            return ""
+        first = self.nodes[failed[0]]
+        if first is None:
+            return f"{self.name}: node{failed[0]} never started (its trigger line never came)"
+        return f"{self.name} failed on node(s) {failed}; node{failed[0]}: " + first.failure()
+
+    def closing_line(self) -> str:
+        ranks = sum(n.nproc for n in self.nodes if n is not None)
+        state = "" if self.ok else " FAILED,"
+        return (f"{self.name}: {len(self.nodes)} nodes, {ranks} ranks, {self.seconds:.1f} s,"
+                f"{state} {len(self.lines)} lines in {self.run_dir} (job.log() prints them)")
 
 
 def node_devices(setup: Setup, n_nodes: int, nproc: int) -> tuple[str, list[dict], str]:
@@ -102,14 +134,17 @@ def run_nodes(
     env: dict[str, str] | None = None,
     timeout_s: float | None = None,
     check: bool = True,
-    echo: bool = True,
+    echo: str | bool = "brief",
     on_line: Callable[[int, int | None, str], None] | None = None,
 ) -> JobResult:
     """Start one torchrun agent per entry of ``rendezvous`` (its rendezvous arguments).
 
     ``start_when[i]``: node i starts once a line containing that text has been printed by
     any node (None: at once). ``check=False`` returns a failed job instead of raising.
+    ``echo`` as in :func:`run_launcher` ("brief": rank 0's lines, a sample of its step lines,
+    when each agent starts, one closing line; "all": every line; False: nothing).
     """
+    check_echo(echo)
     name = name or Path(script).stem
     n_nodes = len(rendezvous)
     start_when = list(start_when or [None] * n_nodes)
@@ -128,6 +163,7 @@ def run_nodes(
                     errors=[None] * n_nodes, device=device, note=note)
     stop = threading.Event()
     printed = threading.Lock()
+    shower = Echo(echo, name, None)
     seen: list[str] = []
     started = [threading.Event() for _ in range(n_nodes)]
 
@@ -135,8 +171,10 @@ def run_nodes(
         with printed:
             job.lines.append((node, rank, text))
             seen.append(text)
-            if echo:
-                print(f"[node{node}] {text}" if rank is None else _label(rank, text), flush=True)
+            if echo == "all" and rank is None:
+                print(f"[node{node}] {text}", flush=True)
+            else:
+                shower.line(rank, text)
         if on_line:
             on_line(node, rank, text)
         for i, trigger in enumerate(start_when):
@@ -183,17 +221,18 @@ def run_nodes(
         for t in threads:
             t.join()
         job.seconds = time.monotonic() - start
+        (run_dir / "output.log").write_text(job.log() + "\n")
+        shower.close(None)
+        if echo:
+            print(job.closing_line(), flush=True)
 
     timeouts = [e for e in job.errors if isinstance(e, LauncherTimeout)]
     if timeouts:
-        raise LauncherTimeout(f"{name}: " + str(timeouts[0]), timeouts[0].result)
+        raise LauncherTimeout(f"{name}: " + timeouts[0].result.failure(), timeouts[0].result)
     other = [e for e in job.errors if e is not None and not isinstance(e, LauncherFailed)]
     if other:
         raise other[0]
     if check and not job.ok:
         failed = [i for i, n in enumerate(job.nodes) if n is None or not n.ok]
-        first = job.nodes[failed[0]]
-        cause = first.root_cause() if first is not None else "it never started"
-        raise LauncherFailed(f"{name} failed on node(s) {failed}. node{failed[0]}: {cause}",
-                             first)
+        raise LauncherFailed(job.failure(), job.nodes[failed[0]])
     return job

@@ -37,9 +37,11 @@ import psutil
 
 from .config import Setup
 
-RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:(?:\[rank\1\]: ?)?")
+RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:(\[rank\1\]: ?)?")  # group 2: torch's excepthook
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
-STEP_LINE = re.compile(r"^\s*step\s+(\d+)")  # "step 12 ...", "step 12/60 ...": a progress mark
+ROOT_CAUSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+STEP_LINE = re.compile(r"^\s*step\s+(\d+)(?:\s*/\s*(\d+))?")  # "step 12 ...", "step 12/60 ..."
+FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
 # What a rank prints when torch 2.13 aborts it while its interpreter shuts down, after its
 # work is done (seen in core dumps here): the gloo process group outlived
 # destroy_process_group, and one of its threads, still releasing the last collective's
@@ -47,8 +49,59 @@ STEP_LINE = re.compile(r"^\s*step\s+(\d+)")  # "step 12 ...", "step 12/60 ...": 
 # launchers/ddp_first_run.py); this stays tolerated, loudly, for launchers written otherwise.
 TEARDOWN_ABORT = "terminate called without an active exception"
 GRACE_S = 3.0  # how long torchrun gets to stop its workers before everything is killed
+ECHO_VALUES = ("brief", "all", False)
+HEADLESS_ENV = "COURSEKIT_HEADLESS"  # "1": no front end will draw a widget (verify, tests)
+NOTHING = "(none: it printed nothing)"
+MAX_STEP_LINES = 8  # step lines a brief launch prints (plus its first and its last)
+
+SIGNAL_MEANING = {
+    "SIGKILL": "killed by SIGKILL: often the out-of-memory killer, or a kill -9",
+    "SIGTERM": "stopped by SIGTERM (torchrun stops the other ranks so when one fails)",
+    "SIGABRT": "aborted (SIGABRT) in native code: a C++ abort, e.g. an uncaught c10::Error "
+               "or 'terminate called ...'",
+    "SIGSEGV": "crashed with a segmentation fault (SIGSEGV) in native code",
+    "SIGBUS": "crashed with a bus error (SIGBUS) in native code: often shared memory "
+              "(/dev/shm) too small",
+    "SIGINT": "interrupted (SIGINT)",
+}
 
 _live: set[subprocess.Popen] = set()
+
+
+def check_echo(echo: object) -> None:
+    """Refuse anything but the three ways a launch can print."""
+    if isinstance(echo, bool) and echo is False:
+        return
+    if not isinstance(echo, str) or echo not in ECHO_VALUES:
+        raise ValueError(
+            f"echo={echo!r}: use echo=\"brief\" (the default: the command, rank 0's lines and "
+            f"its progress, one closing line), echo=\"all\" (every line of every rank, "
+            f"labelled [rankN]) or echo=False (nothing)"
+        )
+
+
+def headless() -> bool:
+    """True where no front end draws widgets: ``COURSEKIT_HEADLESS=1`` (verify, the tests)."""
+    return os.environ.get(HEADLESS_ENV, "") not in ("", "0")
+
+
+def exit_meaning(code: int | None, traceback_seen: bool) -> str:
+    """What a rank's (or torchrun's) exit code says, in words."""
+    if code is None:
+        return "no exit code: it was still running when it was stopped"
+    signum = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    if signum is not None:
+        try:
+            sig = signal.Signals(signum).name
+        except ValueError:
+            sig = f"signal {signum}"
+        how = SIGNAL_MEANING.get(sig, f"ended by {sig}")
+        shown = f"{code} (signal {signum})" if code < 0 else f"{code} (= 128 + {signum})"
+        return f"exit code {shown}: {how}; no Python traceback"
+    if traceback_seen:
+        return f"exit code {code}: a Python exception"
+    return (f"exit code {code}: no Python traceback: the process exited through os._exit "
+            f"or died in native code")
 
 
 class LauncherFailed(RuntimeError):
@@ -64,6 +117,63 @@ class LauncherTimeout(LauncherFailed):
 
 
 @dataclass
+class Traceback:
+    """The last Python traceback in one rank's lines."""
+
+    exception: list[str]  # the exception's type and message, whole (every line of it)
+    frames: list[tuple[str, int, str, str]]  # (file, line, function, source), outermost first
+
+    def key_frame(self, script: str | None) -> tuple[str, int, str, str] | None:
+        """The deepest frame in the launcher, else the deepest outside Python and torch."""
+        if not self.frames:
+            return None
+        if script:
+            mine = [f for f in self.frames if _same_file(f[0], script)]
+            if mine:
+                return mine[-1]
+        outside = [f for f in self.frames if not _library_file(f[0])]
+        return (outside or self.frames)[-1]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return a == b
+
+
+def _library_file(path: str) -> bool:
+    return path.startswith("<") or "site-packages" in path or path.startswith(sys.base_prefix)
+
+
+def parse_traceback(lines: Sequence[str], hooked: Sequence[bool] | None = None) -> Traceback | None:
+    """The last traceback in ``lines``. ``hooked[i]``: line i came through torch's excepthook
+    (every traceback after init_process_group does): then only such lines are its own, which
+    keeps out the rank's stdout lines that torchrun's --tee interleaves with its stderr."""
+    starts = [i for i, t in enumerate(lines) if t.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    lines = list(lines[starts[-1] + 1 :])
+    if hooked is not None and hooked[starts[-1]]:
+        marks = hooked[starts[-1] + 1 :]
+        lines = [t for t, h in zip(lines, marks, strict=True) if h or not t.strip()]
+    i, frames = 0, []
+    while i < len(lines):
+        text = lines[i]
+        if m := FRAME.match(text):
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            source = nxt.strip() if nxt.startswith("    ") and not FRAME.match(nxt) else ""
+            frames.append((m.group(1), int(m.group(2)), m.group(3), source))
+        elif not (text.startswith(" ") or not text.strip()):  # not a source line or ^^^^
+            break
+        i += 1
+    exception = [t for t in lines[i:] if t != TEARDOWN_ABORT]
+    while exception and not exception[-1].strip():
+        exception.pop()
+    return Traceback(exception=exception, frames=frames)
+
+
+@dataclass
 class RunResult:
     name: str
     cmd: list[str]
@@ -73,6 +183,9 @@ class RunResult:
     seconds: float = 0.0
     timed_out: bool = False
     lines: list[tuple[int | None, str]] = field(default_factory=list)  # (rank or None, text)
+    hooked: list[bool] = field(default_factory=list)  # lines[i] came via torch's excepthook
+    script: str | None = None  # the launcher, for the key line of a traceback
+    timeout_s: float | None = None
 
     @property
     def out_dir(self) -> Path:
@@ -80,6 +193,11 @@ class RunResult:
         if "--out" in self.cmd[:-1]:
             return Path(self.cmd[self.cmd.index("--out") + 1])
         return self.run_dir / "out"
+
+    @property
+    def log_dir(self) -> Path:
+        """torchrun's per-rank logs (``--log-dir``); ``output.log`` beside it has every line."""
+        return self.run_dir / "logs"
 
     @property
     def ok(self) -> bool:
@@ -100,8 +218,19 @@ class RunResult:
     def rank_lines(self, rank: int) -> list[str]:
         return [text for r, text in self.lines if r == rank]
 
+    def _rank_hooked(self, rank: int) -> list[bool]:
+        hooked = self.hooked if len(self.hooked) == len(self.lines) else [False] * len(self.lines)
+        return [h for (r, _), h in zip(self.lines, hooked, strict=True) if r == rank]
+
     @property
     def output(self) -> str:
+        return self.log()
+
+    def log(self, rank: int | None = None) -> str:
+        """Everything the run printed: every line labelled ``[rankN]`` (torchrun's own lines
+        unlabelled), or only rank ``rank``'s lines, as it printed them."""
+        if rank is not None:
+            return "\n".join(self.rank_lines(rank))
         return "\n".join(_label(r, text) for r, text in self.lines)
 
     @property
@@ -112,39 +241,201 @@ class RunResult:
             raise FileNotFoundError(f"{self.name} wrote no {path} (did rank 0 reach the end?)")
         return json.loads(path.read_text())
 
-    def failed_rank(self) -> int | None:
-        """The rank torchrun's summary names as the root cause, if any."""
+    def _root_cause_field(self, pattern: re.Pattern) -> int | None:
         torchrun_lines = [text for r, text in self.lines if r is None]
         for i, text in enumerate(torchrun_lines):
             if text.startswith("Root Cause"):
                 for later in torchrun_lines[i + 1 :]:
-                    if m := ROOT_CAUSE_RANK.match(later):
+                    if m := pattern.match(later):
                         return int(m.group(1))
         return None
 
+    def failed_rank(self) -> int | None:
+        """The rank torchrun's summary names as the root cause, if any."""
+        return self._root_cause_field(ROOT_CAUSE_RANK)
+
+    def failed_exitcode(self) -> int | None:
+        """The exit code of that rank, as torchrun's summary gives it (negative: a signal)."""
+        return self._root_cause_field(ROOT_CAUSE_EXIT)
+
+    def traceback(self, rank: int | None = None) -> Traceback | None:
+        """The last Python traceback of ``rank`` (default: the failing rank; torchrun's own
+        where no rank failed)."""
+        rank = self.failed_rank() if rank is None else rank
+        if rank is None:
+            return parse_traceback([t for r, t in self.lines if r is None])
+        if (own := self._stderr_log(rank)) is not None:  # in order, without stdout lines
+            return parse_traceback(own)
+        return parse_traceback(self.rank_lines(rank), self._rank_hooked(rank))
+
+    def _stderr_log(self, rank: int) -> list[str] | None:
+        """Rank ``rank``'s stderr as torchrun's --log-dir kept it (latest attempt), its
+        excepthook prefix removed; None where there is no such file."""
+        local = rank
+        torchrun_lines = [text for r, text in self.lines if r is None]
+        for text in torchrun_lines:
+            if (m := re.match(r"^\s*rank\s*:\s*(\d+) \(local_rank: (\d+)\)", text)) and int(
+                    m.group(1)) == rank:
+                local = int(m.group(2))
+        files = sorted(self.log_dir.glob(f"*/attempt_*/{local}/stderr.log"),
+                       key=lambda f: f.stat().st_mtime)
+        if not files:
+            return None
+        raw = files[-1].read_text(errors="replace").splitlines()
+        prefix = re.compile(rf"^\[rank{rank}\]: ?")
+        return [_strip_cr(prefix.sub("", t)) for t in raw]
+
     def root_cause(self) -> str:
-        """The failing rank's own traceback, as torchrun's summary names it."""
+        """The failing rank's own traceback (whole), as torchrun's summary names it."""
         failed_rank = self.failed_rank()
         if failed_rank is None:
-            return "\n".join([text for r, text in self.lines if r is None][-20:])
+            return "\n".join([text for r, text in self.lines if r is None][-20:]) or self.failure()
         own = self.rank_lines(failed_rank)
         starts = [i for i, text in enumerate(own) if text.startswith("Traceback")]
         body = own[starts[-1] :] if starts else own[-15:]
-        return f"rank {failed_rank} failed first:\n" + "\n".join(body)
+        return f"rank {failed_rank} failed first:\n" + "\n".join(body or [self.failure()])
+
+    def failure(self) -> str:
+        """Why the run failed, in a few lines: which rank failed first, its exit code and
+        what it means, its exception (whole) and the key line of its traceback, where the
+        whole log is. Empty for a run that did not fail."""
+        where = f"whole log: {self.log_dir} ({self.log_hint()})"
+        if self.timed_out:
+            last = self.rank_lines(0)[-1:] or [t for _, t in self.lines][-1:]
+            limit = f"TIMEOUT_S={self.timeout_s:g} s" if self.timeout_s else "its timeout"
+            return "\n".join([
+                f"{self.name} ran past {limit} and was stopped; all its processes were killed "
+                f"(raise TIMEOUT_S if it was only slow, else it hung: a rank waiting in a "
+                f"collective its partners never joined)",
+                "  last line of rank 0: " + (repr(last[0]) if last else NOTHING),
+                where,
+            ])  # fmt: skip
+        if self.ok:
+            return ""
+        rank = self.failed_rank()
+        code = self.failed_exitcode() if rank is not None else self.returncode
+        tb = self.traceback(rank)
+        who = (f"rank {rank} failed first (of {self.nproc})" if rank is not None
+               else "torchrun failed before any rank reported a failure")
+        lines = [f"{self.name} failed: {who}, {exit_meaning(code, tb is not None)}"]
+        if tb is not None:
+            lines += ["  " + t for t in tb.exception] or ["  (the traceback had no exception line)"]
+            if (key := tb.key_frame(self.script)) is not None:
+                file, line, func, source = key
+                at = f"  at {_short(file)}:{line} in {func}"
+                lines.append(at + (f": {source}" if source else ""))
+        else:
+            own = [t for r, t in self.lines if r == rank and t.strip()]
+            lines.append("  its last line: " + (repr(own[-1]) if own else NOTHING))
+        lines.append(where)
+        return "\n".join(lines)
+
+    def log_hint(self) -> str:
+        rank = self.failed_rank()
+        return f"result.log({rank}) prints rank {rank}'s lines" if rank is not None else (
+            "result.log() prints them")
+
+    def closing_line(self) -> str:
+        state = "" if self.ok else (" TIMED OUT," if self.timed_out else " FAILED,")
+        return (f"{self.name}: {self.nproc} ranks, {self.seconds:.1f} s,{state} {len(self.lines)} "
+                f"lines in {self.log_dir} (result.log() prints them)")
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if len(rel) < len(path) else path
 
 
 def _label(rank: int | None, text: str) -> str:
     return text if rank is None else f"[rank{rank}] {text}"
 
 
-def _parse(raw: str) -> tuple[int | None, str]:
+def _strip_cr(text: str) -> str:
+    """A line redrawn in place (tqdm's carriage returns): only what it showed last."""
+    if "\r" not in text:
+        return text
+    parts = [part for part in text.split("\r") if part.strip()]
+    return parts[-1] if parts else ""
+
+
+def _parse_hooked(raw: str) -> tuple[int | None, str, bool]:
     text = raw.rstrip("\n")
-    if "\r" in text:  # a progress bar redrawn in place: keep what it showed last
-        text = [part for part in text.split("\r") if part.strip()][-1:] or [""]
-        text = text[0]
-    if m := RANK_PREFIX.match(text):
-        return int(m.group(1)), text[m.end() :]
-    return None, text
+    if m := RANK_PREFIX.match(text):  # the prefix first: a redrawn line has it only once
+        return int(m.group(1)), _strip_cr(text[m.end() :]), m.group(2) is not None
+    return None, _strip_cr(text), False
+
+
+def _parse(raw: str) -> tuple[int | None, str]:
+    rank, text, _ = _parse_hooked(raw)
+    return rank, text
+
+
+class Echo:
+    """What a launch prints as its lines arrive (see run_launcher's ``echo``)."""
+
+    def __init__(self, mode, name: str, progress: int | None, main_rank: int | None = 0):
+        self.mode, self.name, self.total, self.main = mode, name, progress, main_rank
+        self.bar = None
+        self.first_step: int | None = None
+        self.printed_bucket = -1
+        self.printed_power = 0
+        self.last_step_line: str | None = None
+        self.last_printed: str | None = None
+        if progress is not None and mode and not headless():
+            from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
+
+            self.bar = tqdm(total=progress, desc=name, unit="step", dynamic_ncols=True)
+
+    def command(self, shown: Sequence[str]) -> None:
+        if self.mode:
+            print(f"$ {shlex.join(shown)}", flush=True)
+
+    def line(self, rank: int | None, text: str) -> None:
+        if not self.mode:
+            return
+        m = STEP_LINE.match(text) if rank == self.main else None
+        if m:
+            self._step(int(m.group(1)), int(m.group(2)) if m.group(2) else None, text)
+        if self.mode == "all":
+            print(_label(rank, text), flush=True)
+        elif rank == self.main and not m:
+            print(text, flush=True)
+
+    def _step(self, step: int, of: int | None, text: str) -> None:
+        if self.first_step is None:
+            self.first_step = step
+        total = self.total or of
+        done = steps_done(step, self.first_step, total) if total else step
+        if self.bar is not None:
+            if done > self.bar.n:
+                self.bar.update(done - self.bar.n)
+            return
+        if self.mode != "brief":
+            return
+        self.last_step_line = text
+        if total:  # the first step, then every k-th: at most MAX_STEP_LINES in all
+            bucket = done // sample_every(total)
+            show = bucket > self.printed_bucket
+            if show:
+                self.printed_bucket = bucket
+        else:  # no total known: steps 1, 2, 4, 8, ... (about log2(steps) lines)
+            show = done >= self.printed_power * 2 or self.printed_power == 0
+            if show:
+                self.printed_power = max(1, done)
+        if show:
+            print(text, flush=True)
+            self.last_printed = text
+
+    def close(self, result: RunResult | None) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.mode == "brief" and self.last_step_line not in (None, self.last_printed):
+            print(self.last_step_line, flush=True)
+        if self.mode and result is not None:
+            print(result.closing_line(), flush=True)
 
 
 def _die_with_parent() -> None:
@@ -204,7 +495,7 @@ def run_launcher(
     torchrun_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     check: bool = True,
-    echo: bool = True,
+    echo: str | bool = "brief",
     on_line: Callable[[int | None, str], None] | None = None,
     progress: int | None = None,
     stop: threading.Event | None = None,
@@ -213,9 +504,17 @@ def run_launcher(
 
     The launcher gets ``--device`` (the tier's) and ``--out RUN_DIR/out`` unless ``args``
     already has them. ``check=False`` returns a failed run instead of raising, for lessons
-    that fail on purpose. ``progress=STEPS`` shows a progress bar (a widget in Jupyter)
-    that follows rank 0's lines starting with ``step N``, N counted from 0 or 1.
+    that fail on purpose (``result.failure()`` says why in a few lines).
+
+    ``echo``: ``"brief"`` (default) prints the command, rank 0's lines, a sample of its
+    ``step N`` lines (at most about 8, plus the last) and one closing line; other ranks' and
+    torchrun's lines stay in ``result.log()`` and the run directory. ``"all"`` prints every
+    line of every rank, labelled ``[rankN]``. ``False`` prints nothing.
+    ``progress=STEPS``: with a front end, a live bar (a widget in Jupyter) follows rank 0's
+    ``step N`` lines, N counted from 0 or 1, instead of the sample; headless
+    (``COURSEKIT_HEADLESS=1``) it sets the sample's spacing.
     """
+    check_echo(echo)
     if progress is not None and (isinstance(progress, bool) or not isinstance(progress, int)
                                  or progress < 1):
         raise ValueError(f"progress={progress!r}: give the launcher's number of steps (1 or more)")
@@ -241,32 +540,23 @@ def run_launcher(
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:",
         **(env or {}),
     }
-    bar = None
-    if progress is not None:
-        from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
+    return run_command(
+        cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
+        env=torchrun_env, check=check, echo=echo, on_line=on_line,
+        shown=["torchrun", *cmd[3:]], stop=stop, progress=progress, script=str(script),
+    )  # fmt: skip
 
-        bar = tqdm(total=progress, desc=name, unit="step", dynamic_ncols=True)
-    first_step: list[int] = []  # a launcher that prints "step 0" counts from 0
 
-    def each_line(rank: int | None, text: str) -> None:
-        if bar is not None and rank == 0 and (m := STEP_LINE.match(text)):
-            step = int(m.group(1))
-            first_step[:] = first_step or [step]
-            done = steps_done(step, first_step[0], progress)
-            if done > bar.n:
-                bar.update(done - bar.n)
-        if on_line:
-            on_line(rank, text)
-
-    try:
-        return run_command(
-            cmd, setup=setup, name=name, run_dir=run_dir, nproc=nproc, timeout_s=timeout_s,
-            env=torchrun_env, check=check, echo=echo, on_line=each_line,
-            shown=["torchrun", *cmd[3:]], stop=stop,
-        )  # fmt: skip
-    finally:
-        if bar is not None:
-            bar.close()
+def sample_every(total: int) -> int:
+    """The spacing k of the step lines a brief launch prints: a round number (1, 2, 5, 10,
+    20, 25, 50, ...) such that the first step and every k-th make at most MAX_STEP_LINES."""
+    target = total / (MAX_STEP_LINES - 1)
+    scale = 1
+    while True:
+        for k in (1 * scale, 2 * scale, 25 * scale // 10, 5 * scale):
+            if k >= target and k == int(k) and k >= 1:
+                return int(k)
+        scale *= 10
 
 
 def steps_done(step: int, first_step: int, total: int) -> int:
@@ -293,20 +583,27 @@ def run_command(
     timeout_s: float | None = None,
     env: dict[str, str] | None = None,
     check: bool = True,
-    echo: bool = True,
+    echo: str | bool = "brief",
     on_line: Callable[[int | None, str], None] | None = None,
     shown: Sequence[str] | None = None,
     stop: threading.Event | None = None,
+    progress: int | None = None,
+    script: str | None = None,
 ) -> RunResult:
     """Run any command with the runner's guarantees: live lines, timeout, no survivors.
 
-    ``stop``, when set by another thread, ends the run early (its whole tree is killed).
+    ``echo`` as in :func:`run_launcher`; for a command that is not torchrun, "brief" shows
+    its own (unlabelled) lines as it would rank 0's. ``stop``, when set by another thread,
+    ends the run early (its whole tree is killed).
     """
+    check_echo(echo)
     timeout_s = setup.timeout_s if timeout_s is None else timeout_s
     run_dir = run_dir or fresh_run_dir(setup, name)
-    result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir)
-    if echo:
-        print(f"$ {shlex.join(shown or cmd)}", flush=True)
+    result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir, script=script,
+                       timeout_s=timeout_s)  # fmt: skip
+    torchrun = "torch.distributed.run" in cmd or Path(cmd[0]).name == "torchrun"
+    shower = Echo(echo, name, progress, main_rank=0 if torchrun else None)
+    shower.command(shown or cmd)
 
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -324,6 +621,7 @@ def run_command(
     reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True)
     reader.start()
     next_scan = 0.0
+    finished = False
     try:
         while True:
             now = time.monotonic()
@@ -349,12 +647,13 @@ def run_command(
                 except subprocess.TimeoutExpired:
                     result.timed_out = True
                 break
-            rank, text = _parse(raw)
+            rank, text, hooked = _parse_hooked(raw)
             result.lines.append((rank, text))
-            if echo:
-                print(_label(rank, text), flush=True)
+            result.hooked.append(hooked)
+            shower.line(rank, text)
             if on_line:
                 on_line(rank, text)
+        finished = True
     finally:
         _kill_tree(proc, known)
         _live.discard(proc)
@@ -363,22 +662,15 @@ def run_command(
         result.returncode = proc.returncode
         summary = {k: getattr(result, k) for k in ("cmd", "nproc", "returncode", "seconds")}
         (run_dir / "run.json").write_text(json.dumps({**summary, "timed_out": result.timed_out}))
+        (run_dir / "output.log").write_text(result.log() + "\n")
+        shower.close(result if finished else None)
 
     if result.timed_out:
-        raise LauncherTimeout(
-            f"{name} ran past TIMEOUT_S={timeout_s:g} s and was stopped; all its processes "
-            f"were killed. Raise TIMEOUT_S if it was only slow. Last lines:\n"
-            + "\n".join(_label(r, t) for r, t in result.lines[-15:]),
-            result,
-        )
+        raise LauncherTimeout(result.failure(), result)
     if result.aborted_at_exit_only:
         print(f"WARNING: rank {result.failed_rank()} finished its work, then aborted while exiting "
               f"({TEARDOWN_ABORT!r}): a known teardown race in torch, not in {name}; its results "
               "stand.", flush=True)  # fmt: skip
     if check and not result.ok:
-        raise LauncherFailed(
-            f"{name} failed (exit code {result.returncode}) with {nproc} rank(s). "
-            f"{result.root_cause()}",
-            result,
-        )
+        raise LauncherFailed(result.failure(), result)
     return result

@@ -44,15 +44,18 @@ def hang_in_kernel(kc, token, tmp_path):
     """))  # fmt: skip
 
 
-def test_lines_stream_live(setup):
+def test_lines_stream_live(setup, capsys):
     arrivals = {}
     run = coursekit.run_launcher(
-        BEHAVE, ["--mode", "slow"], setup=setup, echo=False,
+        BEHAVE, ["--mode", "slow"], setup=setup, echo="all",
         on_line=lambda rank, text: arrivals.setdefault(text, time.monotonic()),
     )  # fmt: skip
     assert run.rank_lines(0) == ["first line", "second line"]
     # the first line reached us while rank 0 was still sleeping, not at the end of the run
     assert arrivals["second line"] - arrivals["first line"] > 2.0
+    printed = capsys.readouterr().out.splitlines()
+    assert "[rank0] first line" in printed  # echo="all": every line, labelled by rank
+    assert printed[-1].startswith("behave: 2 ranks, ") and "result.log()" in printed[-1]
 
 
 def test_lines_are_whole_and_marked_by_rank(setup):
@@ -60,21 +63,76 @@ def test_lines_are_whole_and_marked_by_rank(setup):
     for rank in range(3):
         expected = [f"line {i:03d} from rank {rank}: " + f"r{rank}" * 200 for i in range(200)]
         assert run.rank_lines(rank) == expected
+    assert run.log(2).splitlines() == expected
+    assert (run.run_dir / "output.log").read_text() == run.log() + "\n"
 
 
-def test_failure_shows_the_failing_ranks_own_traceback(setup):
+def test_failure_shows_the_failing_ranks_exception_and_key_line(setup):
     with pytest.raises(coursekit.LauncherFailed) as caught:
         coursekit.run_launcher(BEHAVE, ["--mode", "fail"], setup=setup, echo=False)
     message = str(caught.value)
-    assert "rank 1 failed first" in message
-    assert "ValueError: planted failure on rank 1 (code 7f3a)" in message
-    assert "Traceback" in message
+    assert message == caught.value.result.failure()
+    lines = message.splitlines()
+    assert len(lines) <= 5, message
+    assert "rank 1 failed first (of 2), exit code 1: a Python exception" in lines[0]
+    assert "  ValueError: planted failure on rank 1 (code 7f3a)" in lines
+    assert any(t.startswith("  at ") and "behave.py:" in t and 'raise ValueError("planted' in t
+               for t in lines), message  # fmt: skip
+    assert lines[-1].startswith(f"whole log: {caught.value.result.log_dir}")
     assert caught.value.result.returncode != 0
 
 
 def test_failure_can_be_returned_instead_of_raised(setup):
     run = coursekit.run_launcher(BEHAVE, ["--mode", "fail"], setup=setup, echo=False, check=False)
     assert not run.ok and "planted failure" in run.root_cause()
+    assert "ValueError: planted failure on rank 1" in run.failure()
+
+
+WAYS = """
+import argparse, os, signal, time
+import torch.distributed as dist
+p = argparse.ArgumentParser()
+p.add_argument("--mode")
+p.add_argument("--device")
+p.add_argument("--out")
+args = p.parse_args()
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} ready", flush=True)
+def deep():
+    raise ValueError("a long message " + "m" * 600 + " END")
+if dist.get_rank() == 1:
+    time.sleep(0.5)
+    if args.mode == "exit13":
+        os._exit(13)
+    if args.mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    deep()
+time.sleep(60)  # the other rank is busy when rank 1 goes
+"""
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("exit13", "exit code 13: no Python traceback: the process exited through os._exit"),
+    ("sigkill", "exit code -9 (signal 9): killed by SIGKILL"),
+    ("long", "exit code 1: a Python exception"),
+])  # fmt: skip
+def test_a_failure_is_never_cut_and_never_empty(setup, tmp_path, mode, expected):
+    """The three ways a rank leaves that notebooks meet: os._exit (no traceback), SIGKILL
+    (no traceback, a signal) and an exception whose message is longer than a screen line."""
+    script = tmp_path / "ways.py"
+    script.write_text(WAYS)
+    run = coursekit.run_launcher(script, ["--mode", mode], setup=setup, echo=False, check=False)
+    message = run.failure()
+    lines = message.splitlines()
+    assert "rank 1 failed first (of 2)" in lines[0] and expected in lines[0], message
+    assert len(lines) <= 5, message
+    if mode == "long":
+        assert "  ValueError: a long message " + "m" * 600 + " END" in lines  # whole
+        assert any(t.startswith("  at ") and "ways.py:12 in deep: raise ValueError" in t
+                   for t in lines), message  # fmt: skip
+    else:
+        assert lines[1] == "  its last line: 'rank 1 ready'", message
+    assert lines[-1] == f"whole log: {run.log_dir} (result.log(1) prints rank 1's lines)"
 
 
 def test_timeout_kills_every_process(setup, token):
@@ -96,7 +154,9 @@ def test_timeout_kills_every_process(setup, token):
     finally:
         done.set()
         sampler.join()
-    assert "TIMEOUT_S=25" in str(caught.value)
+    message = str(caught.value)
+    assert "ran past TIMEOUT_S=25 s" in message and "last line of rank 0: " in message
+    assert message.splitlines()[-1].startswith("whole log: ") and len(message.splitlines()) <= 5
     assert max(counts) == 4, "expected the guard, torchrun and 2 workers while it ran"
     assert processes_with(token) == []
 
