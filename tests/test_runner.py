@@ -338,3 +338,69 @@ def test_pretend_nodes_on_one_host_get_gpus_of_their_own(gpus, visible, expected
     device, envs, note = node_devices(setup, n_nodes=2, nproc=1)
     assert (device, envs) == expected
     assert ("CPU ranks with gloo" in note) is (gpus == 1)
+
+
+def test_run_nodes_prints_briefly_too(setup, tmp_path, capsys, monkeypatch, token):
+    """Two pretend nodes: when each agent starts, rank 0's lines, one closing line."""
+    import socket
+
+    monkeypatch.setenv("COURSEKIT_HEADLESS", "1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rdzv = ["--nnodes=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id={token}"]  # fmt: skip
+    job = coursekit.run_nodes(BEHAVE, ["--mode", "chatty"], setup=setup, nproc=1,
+                              rendezvous=[rdzv, rdzv], name="nodes_brief")  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert job.ok and len(job.rank_lines(1)) == 200
+    assert sorted(printed[:2]) == ["[node0] starting its agent", "[node1] starting its agent"]
+    assert len(printed) == 2 + 200 + 1 and not any("from rank 1" in t for t in printed)
+    assert printed[-1].startswith("nodes_brief: 2 nodes, 2 ranks, ")
+    assert (job.run_dir / "output.log").read_text() == job.log() + "\n"
+    assert job.failure() == ""
+
+
+def test_a_torchrun_that_fails_by_itself_says_why(tmp_path):
+    """No rank ever ran (a bad rendezvous argument): torchrun's own exception is the cause."""
+    run = coursekit.RunResult(name="x", cmd=[], nproc=2, run_dir=tmp_path, returncode=1)
+    run.lines = [(None, t) for t in [
+        "Traceback (most recent call last):",
+        '  File "/venv/site-packages/torch/distributed/run.py", line 1032, in <module>',
+        "    main()",
+        '  File "/venv/site-packages/torch/distributed/elastic/rendezvous/api.py", line 372, in '
+        "create_handler",
+        "    raise ValueError(",
+        "ValueError: The rendezvous backend 'no-such-backend' is not registered.",
+    ]]  # fmt: skip
+    lines = run.failure().splitlines()
+    assert lines[0] == ("x failed: torchrun failed before any rank reported a failure, exit "
+                        "code 1: a Python exception")  # fmt: skip
+    assert lines[1] == "  ValueError: The rendezvous backend 'no-such-backend' is not registered."
+    assert lines[2].endswith("api.py:372 in create_handler: raise ValueError(")
+
+
+def test_a_traceback_keeps_out_the_stdout_lines_tee_mixes_in():
+    """torchrun's --tee follows a rank's stdout and stderr apart: a print can land inside its
+    traceback. The traceback's own lines came through torch's excepthook ([rankN]: twice)."""
+    raw = ["[rank1]:[rank1]: Traceback (most recent call last):", "[rank1]:printed meanwhile",
+           '[rank1]:[rank1]:   File "/x/launch.py", line 3, in <module>',
+           "[rank1]:[rank1]:     f()", "[rank1]:another print",
+           "[rank1]:[rank1]: RuntimeError: first line of the message",
+           "[rank1]:[rank1]: second line of the message", "[rank1]:after it"]  # fmt: skip
+    parsed = [runner._parse_hooked(t) for t in raw]
+    tb = runner.parse_traceback([t for _, t, _ in parsed], [h for _, _, h in parsed])
+    assert tb.exception == ["RuntimeError: first line of the message",
+                            "second line of the message"]  # fmt: skip
+    assert tb.key_frame("/x/launch.py") == ("/x/launch.py", 3, "<module>", "f()")
+
+
+@pytest.mark.parametrize("code, expected", [
+    (13, "exit code 13: no Python traceback: the process exited through os._exit or died in "
+         "native code"),
+    (-6, "exit code -6 (signal 6): aborted (SIGABRT) in native code"),
+    (137, "exit code 137 (= 128 + 9): killed by SIGKILL"),
+    (-11, "exit code -11 (signal 11): crashed with a segmentation fault"),
+])  # fmt: skip
+def test_exit_codes_are_explained(code, expected):
+    assert runner.exit_meaning(code, traceback_seen=False).startswith(expected)
