@@ -11,6 +11,8 @@ What it adds to a single-node DDP script:
   failed group (--max-restarts), training continues where the checkpoint left it;
 - the batch of step s is the same whatever the world size: a global batch drawn from
   seed s and split between the ranks, so a resumed run replays the same data;
+- rank 0 appends each step (its pid, step, loss, world size) to progress.jsonl, so the
+  steps of every attempt, the killed ones included, stay in one file;
 - --dtype float64 trains in double precision, to compare two runs by their mathematics
   rather than by fp32 rounding.
 """
@@ -48,6 +50,7 @@ def global_batch(step, size):
 
 
 def save_checkpoint(path, model, optimizer, step):
+    """Model, optimizer (its momentum) and step, to a temporary file renamed over `path`."""
     tmp = f"{path}.tmp"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "step": step}, tmp)
@@ -63,7 +66,7 @@ def main():
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pretend work per step")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="metrics.json, final.pt, checkpoint.pt")
+    parser.add_argument("--out", default="out", help="metrics.json, progress.jsonl, checkpoints")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -114,6 +117,9 @@ def main():
         if rank == 0:
             print(f"step {done:3d}/{args.steps}  loss {loss.item():.4f}  world {world_size}",
                   flush=True)
+            with open(os.path.join(args.out, "progress.jsonl"), "a") as f:  # every attempt's
+                f.write(json.dumps({"pid": os.getpid(), "step": done, "loss": loss.item(),
+                                    "world": world_size}) + "\n")
             if done % args.save_every == 0 or done == args.steps:
                 save_checkpoint(ckpt_path, model, optimizer, done)
         dist.barrier()  # nobody runs ahead of the checkpoint it may have to resume from
