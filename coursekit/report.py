@@ -1,9 +1,10 @@
 """The instructor's report: one self-contained HTML file written by the verify command.
 
-One row per notebook of the course (status, seconds, the time a class should budget), then
-per notebook: the failing cell with its source and error, the key figures from its results
-file, and every plot its executed copy holds (embedded as data URIs: the file needs nothing
-else, so it can be mailed or opened offline). On top: the tier and the hardware it ran on.
+One row per notebook of the course (status, seconds, the time a class should budget, the
+most lines one cell printed), then per notebook: the failing cell with its source
+(collapsible where JupyterLab collapses it) and error, the key figures from its results file,
+and every plot its executed copy holds (embedded as data URIs: the file needs nothing else,
+so it can be mailed or opened offline). On top: the tier and the hardware it ran on.
 
 The class budget is an estimate, not a measurement; :func:`class_minutes` says how.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from .cells import is_collapsed, shown_lines
+from .cells import MAX_OUTPUT_LINES, collapsed_summary, is_collapsed, shown_lines
 
 READING_WPM = 100  # words per minute for explanations a learner is meant to understand
 CODE_LINES_PER_MIN = 12  # a learner reads a code cell before running it
@@ -115,11 +116,15 @@ def _plots(executed: Path) -> list[str]:
     return uris
 
 
-def _cell_source(notebook: Path, index: int | None) -> str:
+def _cell_source(notebook: Path, index: int | None) -> tuple[str, str | None]:
+    """(source, summary) of a committed cell; summary is None unless it is collapsed."""
     if index is None:
-        return ""
+        return "", None
     cells = nbformat.read(notebook, as_version=4).cells
-    return cells[index].source if 0 <= index < len(cells) else ""
+    if not 0 <= index < len(cells):
+        return "", None
+    cell = cells[index]
+    return cell.source, collapsed_summary(cell) if is_collapsed(cell) else None
 
 
 def _shown(value: object) -> str:
@@ -149,7 +154,8 @@ text-align:left;vertical-align:top}th{background:#f3f3f3}.passed{color:#116611;f
 .failed,.timed-out{color:#aa1111;font-weight:bold}.not-run{color:#777}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto}img{max-width:100%;border:1px solid #ddd}
 section{border-top:2px solid #ddd;margin-top:2em}.note{color:#555;font-size:.9em}
-.held{color:#116611}.not-held{color:#8a4b00}
+.held{color:#116611}.not-held{color:#8a4b00}.too-long{color:#aa1111;font-weight:bold}
+summary{cursor:pointer;color:#444}
 """
 
 
@@ -175,18 +181,29 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
             detail = ", ".join(f"{k}={_shown(v)}" for k, v in list(r.figures.items())[:4])
         else:
             detail = "not selected in this verify run"
+        longest = "-"
+        if r:
+            n, cell = r.longest_output_lines, r.longest_output_cell
+            where = f" (cell {cell})" if cell is not None else ""
+            longest = (f'<span class="too-long">{n}{where}</span>' if n > MAX_OUTPUT_LINES
+                       else f"{n}{where}")  # fmt: skip
         rows.append(
             f'<tr id="row-{e(nb.stem)}" class="notebook-row"><td>{e(nb.stem)}</td>'
             f'<td class="{css}">{e(status)}</td><td>{seconds}</td>'
-            f"<td>{budget['minutes']}{'' if r else ' (no run time)'}</td><td>{e(detail)}</td></tr>"
+            f"<td>{budget['minutes']}{'' if r else ' (no run time)'}</td>"
+            f'<td class="longest-output">{longest}</td><td>{e(detail)}</td></tr>'
         )
         if r is None:
             continue
         body = [f'<section id="nb-{e(nb.stem)}"><h2>{e(nb.stem)}: '
                 f'<span class="{css}">{e(status)}</span> in {r.seconds:.1f} s</h2>']  # fmt: skip
         if r.status != "passed":
-            source = _cell_source(nb, r.failed_cell)
-            body.append(f"<h3>Failing cell {r.failed_cell}</h3><pre>{e(source)}</pre>"
+            source, summary = _cell_source(nb, r.failed_cell)
+            shown = f"<pre>{e(source)}</pre>"
+            if summary:  # collapsed in JupyterLab: collapsible here too
+                shown = (f'<details class="course-collapsed"><summary>{e(summary)}</summary>'
+                         f"{shown}</details>")  # fmt: skip
+            body.append(f"<h3>Failing cell {r.failed_cell}</h3>{shown}"
                         f'<p class="error">{e(r.error)}</p>')  # fmt: skip
         if r.claims:
             body.append(f"<h3>Claims ({len(r.claims) - len(r.claims_not_held)} of "
@@ -226,7 +243,8 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
 <table id="hardware"><tr><th>tier</th><td>{e(tier)}</td></tr>{hw_rows}</table>
 <h2>Notebooks</h2>
 <table id="notebooks"><tr><th>notebook</th><th>status</th><th>seconds</th>
-<th>class budget (min)</th><th>failing cell / error, or key figures</th></tr>
+<th>class budget (min)</th><th>longest output (lines)</th>
+<th>failing cell / error, or key figures</th></tr>
 {"".join(rows)}</table>
 <h2>Claims that did not hold here</h2>
 {differs_html}

@@ -29,11 +29,13 @@ from jupyter_client import AsyncKernelManager  # noqa: E402
 from jupyter_core.utils import run_sync  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from .cells import longest_output  # noqa: E402
 from .config import ParameterError, check_parameters  # noqa: E402
 from .exercises import SOLUTIONS_ENV  # noqa: E402
 from .report import write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+HEADLESS_ENV = "COURSEKIT_HEADLESS"  # launches print plain step lines, not a live widget
 CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke", "claims"}
 
 
@@ -47,6 +49,8 @@ class NotebookReport:
     tier: str | None = None  # as the notebook's results file reports it
     figures: dict = field(default_factory=dict)
     claims: list = field(default_factory=list)  # as the results file has them: text, held, ...
+    longest_output_lines: int = 0  # the most lines one cell printed (coursekit.cells)
+    longest_output_cell: int | None = None  # that cell's index in the committed notebook
 
     @property
     def claims_not_held(self) -> list:
@@ -129,6 +133,9 @@ def run_notebook(
         if executed.exists():
             report.failed_cell = _failed_cell(executed)
     report.seconds = time.monotonic() - start
+    if executed.exists():
+        lines, cell = longest_output(nbformat.read(executed, as_version=4))
+        report.longest_output_lines, report.longest_output_cell = lines, cell
     if results_file.exists():
         figures = json.loads(results_file.read_text())
         report.tier = figures.get("tier")
@@ -200,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except ParameterError as err:
         parser.error(str(err).replace("NPROC=", "--nproc ").replace("DEVICE=", "--device "))
     print(f"verifying {len(notebooks)} notebook(s){' with SMOKE sizes' if args.smoke else ''}")
+    os.environ[HEADLESS_ENV] = "1"  # no front end will show a widget: the kernels inherit this
 
     reports: list[NotebookReport] = []
     sockets_dir = Path(tempfile.mkdtemp(prefix="verify-kernels-"))

@@ -31,6 +31,9 @@ setup = coursekit.configure(DEVICE=DEVICE, NPROC=NPROC, TIMEOUT_S=TIMEOUT_S,
 claims = coursekit.Claims()
 claims.check("planted claim 7c3a", "x > 1", otherwise="planted truth 9b2d, x = {x}", x=0.5)
 coursekit.save_results("98_claim_differs", {"x": 0.5}, setup, claims=claims)"""
+PRINTS_45_LINES = """import os
+assert os.environ["COURSEKIT_HEADLESS"] == "1"  # verify's kernels know no front end is there
+print("\\n".join(f"planted line {i}" for i in range(45)))"""
 
 
 def test_report_lists_the_claims_that_did_not_hold(verified):
@@ -52,12 +55,14 @@ def verified(tmp_path_factory):
     shutil.copytree(ROOT / "launchers", course / "launchers")
     failing = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell(PARAMETERS, metadata={"tags": ["parameters"]}),
-        nbformat.v4.new_code_cell("fraction = 1 / 0  # planted failure 5e1d"),
+        nbformat.v4.new_code_cell("fraction = 1 / 0  # planted failure 5e1d",
+                                  metadata={"jupyter": {"source_hidden": True}}),
     ], metadata={"kernelspec": KERNELSPEC})  # fmt: skip
     nbformat.write(failing, course / "notebooks" / "99_fails_on_purpose.ipynb")
     differs = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell(PARAMETERS, metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell(CLAIM_NOT_HELD),
+        nbformat.v4.new_code_cell(PRINTS_45_LINES),
     ], metadata={"kernelspec": KERNELSPEC})  # fmt: skip
     nbformat.write(differs, course / "notebooks" / "98_claim_differs.ipynb")
     build = course / "build"
@@ -95,6 +100,8 @@ def test_report_shows_status_figures_plots_and_the_failing_cell(verified):
         assert ">not run<" in rows[stem]
     failed = page[page.index('<section id="nb-99_fails_on_purpose">'):]
     assert "fraction = 1 / 0  # planted failure 5e1d" in failed  # the failing cell's source
+    # collapsed in JupyterLab, so collapsible here
+    assert '<details class="course-collapsed"><summary>fraction = 1 / 0' in failed
     # key figures come from the notebook's results file
     passed = page[page.index('<section id="nb-00_environment_check">'):page.index("</section>")]
     results = json.loads((build / "results" / "00_environment_check.json").read_text())
@@ -115,6 +122,18 @@ def test_report_names_the_tier_and_the_hardware(verified):
     assert "<th>tier</th><td>cpu</td>" in hardware  # this machine has no GPU
     assert f"{os.cpu_count()} logical" in hardware
     assert "GiB" in hardware and "<th>gpus</th><td>none visible to PyTorch</td>" in hardware
+
+
+def test_report_and_verify_json_show_the_longest_output(verified):
+    build, _ = verified
+    rows = {r["notebook"]: r for r in json.loads((build / "verify.json").read_text())["notebooks"]}
+    assert (rows["98_claim_differs"]["longest_output_lines"],
+            rows["98_claim_differs"]["longest_output_cell"]) == (45, 2)  # fmt: skip
+    assert rows["00_environment_check"]["longest_output_lines"] > 0
+    page = (build / "report.html").read_text()
+    row = dict(re.findall(r'<tr id="row-([^"]+)" class="notebook-row">(.*?)</tr>', page))
+    assert '<td class="longest-output"><span class="too-long">45 (cell 2)</span></td>' in (
+        row["98_claim_differs"])
 
 
 def test_verify_json_carries_the_class_budget(verified):

@@ -29,6 +29,9 @@ def test_verify_runs_a_notebook_and_reports(tmp_path):
     report = json.loads((tmp_path / "verify.json").read_text())
     assert [nb["status"] for nb in report["notebooks"]] == ["passed"]
     assert report["notebooks"][0]["seconds"] > 0
+    # the most lines one cell printed, and which cell (as committed)
+    assert 0 < report["notebooks"][0]["longest_output_lines"] <= 40
+    assert isinstance(report["notebooks"][0]["longest_output_cell"], int)
     executed = nbformat.read(tmp_path / "executed" / "00_environment_check.ipynb", as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
 
