@@ -26,3 +26,25 @@ def test_environment_yml_in_step_with_requirements():
     # the conda-forge CUDA route is noted, with the torch version of the pin
     noted = re.search(r"`pytorch=([\d.]+)=\*cuda\*`", PATH.read_text())
     assert noted and noted.group(1) == pinned["torch"]
+
+
+def test_the_course_jupyterlab_overrides_are_valid_and_installed_by_setup():
+    """jupyter/overrides.json sets only settings JupyterLab's schemas know, to allowed values
+    (no "Jupyter news" question), and `make setup` installs it where JupyterLab reads it."""
+    import json
+    import sys
+    from pathlib import Path
+
+    import jsonschema
+
+    overrides = json.loads((ROOT / "jupyter" / "overrides.json").read_text())
+    schemas = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
+    for plugin, settings in overrides.items():
+        package, _, name = plugin.partition(":")
+        jsonschema.validate(settings, json.loads((schemas / package / f"{name}.json").read_text()))
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    makefile = (ROOT / "Makefile").read_text()
+    stamp_rule = makefile[makefile.index("$(STAMP):"):].split("\n\n")[0]
+    assert "jupyter/overrides.json" in stamp_rule.splitlines()[0], "setup reruns when it changes"
+    target = r"\$\(VENV\)/share/jupyter/lab/settings/overrides\.json"
+    assert re.search(r"install .*jupyter/overrides\.json " + target, stamp_rule)
