@@ -91,6 +91,8 @@ def test_labelled_figures_and_short_outputs_pass(tmp_path):
         "ax.set(xlabel='variant', ylabel='ms')\nfig.suptitle('s')\nax2 = ax.twinx()\n"
         "ax2.plot([0, 1], [3, 4])\nax2.set_ylabel('MB')\ntab.axis('off')\n"
         "tab.table([['1', '2']])\nfig.savefig('good.png')",
+        # a pie has no scale to label: its title is enough
+        PLOT + "fig, ax = plt.subplots()\nax.pie([1, 2], labels=['a', 'b'])\nax.set_title('p')",
         "for i in range(40):\n    print(i)",
     )  # fmt: skip
     run_papermill(nb, tmp_path / "run", {})

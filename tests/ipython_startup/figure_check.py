@@ -4,7 +4,8 @@ Inside each kernel the tests start, every matplotlib figure rendered (the inline
 picture) or saved (``savefig``) is checked: each visible Axes that holds data (axis on, with
 lines, patches, collections or images) needs a title (its own, a twin's, or the figure's
 suptitle) and an x and a y label (its own, a shared axis's, or the figure's supxlabel /
-supylabel). Axes drawn with ``ax.axis("off")`` (tables, diagrams) and colorbars are exempt.
+supylabel). Axes drawn with ``ax.axis("off")`` (tables, diagrams) and colorbars are exempt;
+an Axes with no ticks on either axis (a pie chart) needs its title only.
 
 Each violation is one JSON line in the file named by $COURSEKIT_FIGURE_LOG, with the first
 source line and the SHA-1 of the source of the cell that drew it (nbclient sends no cell id);
@@ -59,6 +60,9 @@ def _install_figure_check():
             titles = [t.get_text() for a in twins for t in (a.title, a._left_title, a._right_title)]
             if not (suptitle.strip() or any(t.strip() for t in titles)):
                 lacks.append("title")
+            if not (len(ax.get_xticks()) or len(ax.get_yticks())):
+                found.extend([(i, lacks)] if lacks else [])
+                continue  # no scale on either axis (a pie, a drawing): nothing to label
             for name, axis, shared, sup in (
                 ("x label", ax.xaxis, ax.get_shared_x_axes(), supx),
                 ("y label", ax.yaxis, ax.get_shared_y_axes(), supy),
