@@ -384,6 +384,7 @@ class Echo:
         self.printed_power = 0
         self.last_step_line: str | None = None
         self.last_printed: str | None = None
+        self.in_traceback = False
         if progress is not None and mode and not headless():
             from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
 
@@ -393,16 +394,33 @@ class Echo:
         if self.mode:
             print(f"$ {shlex.join(shown)}", flush=True)
 
-    def line(self, rank: int | None, text: str) -> None:
+    def line(self, rank: int | None, text: str, hooked: bool = False) -> None:
         if not self.mode:
             return
-        m = STEP_LINE.match(text) if rank == self.main else None
-        if m:
-            self._step(int(m.group(1)), int(m.group(2)) if m.group(2) else None, text)
         if self.mode == "all":
             print(_label(rank, text), flush=True)
-        elif rank == self.main and not m:
+        if rank != self.main or self._traceback(text, hooked):
+            return
+        if m := STEP_LINE.match(text):
+            self._step(int(m.group(1)), int(m.group(2)) if m.group(2) else None, text)
+        elif self.mode == "brief":
             print(text, flush=True)
+
+    def _traceback(self, text: str, hooked: bool) -> bool:
+        """A line of a traceback: "brief" leaves those to the failure's summary (the lines
+        that came through torch's excepthook, and a traceback's header, frames and
+        exception line)."""
+        if hooked:
+            return True
+        if text.startswith("Traceback (most recent call last)"):
+            self.in_traceback = True
+            return True
+        if self.in_traceback:
+            if not text.strip() or text.startswith(" "):
+                return True
+            self.in_traceback = False  # the exception's line: the traceback ends here
+            return True
+        return False
 
     def _step(self, step: int, of: int | None, text: str) -> None:
         if self.first_step is None:
@@ -650,7 +668,7 @@ def run_command(
             rank, text, hooked = _parse_hooked(raw)
             result.lines.append((rank, text))
             result.hooked.append(hooked)
-            shower.line(rank, text)
+            shower.line(rank, text, hooked)
             if on_line:
                 on_line(rank, text)
         finished = True
@@ -664,6 +682,9 @@ def run_command(
         (run_dir / "run.json").write_text(json.dumps({**summary, "timed_out": result.timed_out}))
         (run_dir / "output.log").write_text(result.log() + "\n")
         shower.close(result if finished else None)
+        if echo and not finished:  # an interrupt (the stop button) or an error in here
+            print(f"{name}: stopped after {result.seconds:.1f} s, all its processes killed; "
+                  f"{len(result.lines)} lines in {result.log_dir}", flush=True)
 
     if result.timed_out:
         raise LauncherTimeout(result.failure(), result)

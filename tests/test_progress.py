@@ -130,3 +130,19 @@ def test_bad_echo_is_refused_before_any_run(setup, bad):
     with pytest.raises(ValueError, match=r"^echo=.*\"brief\".*\"all\".*echo=False"):
         coursekit.run_launcher(STEPS_LIVE, setup=setup, echo=bad)
     assert not setup.runs_dir.exists()
+
+
+def test_brief_echo_leaves_tracebacks_to_the_failure_summary(capsys):
+    """The failure's few lines (LauncherFailed, result.failure()) say it; brief does not print
+    rank 0's whole traceback first, whether torch's excepthook marked its lines or not."""
+    echo = runner.Echo("brief", "x", None)
+    echo.line(0, "hello")
+    for text in ["Traceback (most recent call last):", '  File "a.py", line 1, in <module>',
+                 "    f()", "RuntimeError: marked by torch's excepthook", "its second line"]:
+        echo.line(0, text, hooked=True)
+    for text in ["Traceback (most recent call last):", '  File "a.py", line 1, in <module>',
+                 "    f()", "    ^^^", "ValueError: raised before init_process_group"]:
+        echo.line(0, text)
+    echo.line(0, "after")
+    echo.close(None)
+    assert capsys.readouterr().out.splitlines() == ["hello", "after"]
