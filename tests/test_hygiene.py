@@ -69,7 +69,7 @@ def test_long_launchers_are_collapsed_with_their_diff_in_view(notebook):
     for i, cell in enumerate(cells):
         if not is_long_writefile(cell):
             continue
-        written = cell.source.splitlines()[0].split(maxsplit=1)[1].strip()
+        written = cell.source.splitlines()[0].split()[-1]  # %%writefile [-a] PATH
         where = f"cell {i} ({written})"
         if not is_collapsed(cell):
             problems.append(f"{where}: not collapsed (metadata jupyter.source_hidden)")
