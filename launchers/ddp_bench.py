@@ -30,7 +30,6 @@ import os
 # other ranks' cores (read by the OpenMP runtime when torch loads, so set before the import)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import resource
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -545,14 +544,6 @@ def main():
         metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r][0], "peak_what": peaks[r][1]}
                             for r in range(world)]
         metrics["load_average_after"] = list(os.getloadavg())
-        tables = [(f"{k:8}", v) for k, v in metrics.get("scaling", {}).items()]
-        tables += [("buckets ", metrics["buckets"])] if "buckets" in metrics else []
-        for label, table in tables:
-            for name, s in table["seconds"].items():
-                print(f"{label} {name:48} {statistics.median(s) * 1e3:9.2f} ms/step")
-        for p in metrics.get("sweep", []):
-            one, many = (statistics.median(s) for s in p["seconds"].values())
-            print(f"sweep    batch/rank {p['batch_per_rank']:5}: efficiency {one / many:.2f}")
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump(metrics, f)

@@ -146,7 +146,7 @@ def test_memory_and_plots(results):
     assert results["peak_memory_measured"] == "peak RSS of the rank process"  # CPU tier
     assert results["ddp_lines"] >= 5 and results["ddp_log_files"] >= 2
     for name in ("throughput", "memory", "efficiency_sweep", "buckets", "timeline",
-                 "reported_case", "decision_path"):
+                 "reported_case"):
         assert (results["_dir"] / "06_plots" / f"{name}.png").stat().st_size > 1000
 
 
