@@ -153,7 +153,8 @@ UNCOUNTED_MIMES = ("image/", "application/vnd.jupyter.widget-view+json")
 def output_lines(cell) -> int:
     """Lines of text one executed code cell shows: its streams (stdout, stderr, each taken
     as one text, so a line written in pieces counts once) and the ``text/plain`` of its
-    results and displays (``text/markdown`` where a display has it: that is what is shown).
+    results and displays (``text/markdown`` where a display has it: that is what is shown,
+    less its code fences' lines, so a show_diff counts as the lines computed statically).
     Pictures and widgets do not count; nor do errors (a failing cell fails anyway)."""
     if cell.cell_type != "code":
         return 0
@@ -167,7 +168,13 @@ def output_lines(cell) -> int:
             data = out.get("data", {})
             if any(m.startswith(UNCOUNTED_MIMES) for m in data):
                 continue
-            count += _text_lines(data.get("text/markdown", data.get("text/plain", "")))
+            if "text/markdown" in data:  # a code fence's ``` lines are not shown as lines
+                text = data["text/markdown"]
+                text = "".join(text) if isinstance(text, list) else text
+                shown = [line for line in text.split("\n") if not line.startswith("```")]
+                count += _text_lines("\n".join(shown))
+            else:
+                count += _text_lines(data.get("text/plain", ""))
     return count + sum(_text_lines(t) for t in streams.values())
 
 

@@ -67,6 +67,10 @@ def test_output_lines_counts_text_not_pictures():
                                                      "text/plain": "<Markdown object>"}),
     ]
     assert output_lines(cell) == 2 + 2 + 3 + 2
+    listing = coursekit.cells.Listing([f"line {i}" for i in range(40)], "diff")
+    cell.outputs = [nbformat.v4.new_output("execute_result", data={
+        "text/markdown": listing._repr_markdown_(), "text/plain": repr(listing)})]
+    assert output_lines(cell) == 40  # what the hygiene test computes for a show_diff
 
 
 def _notebook(path, *sources):
