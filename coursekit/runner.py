@@ -4,12 +4,16 @@ What this adds to a bare ``subprocess.run(["torchrun", ...])``:
 
 - ``sys.executable -m torch.distributed.run``: the kernel's own Python, whatever PATH says;
 - every rank's lines streamed live and whole, each marked with its rank (torchrun's
-  ``--tee`` writes one log file per rank and copies whole lines from them);
+  ``--tee`` writes one log file per rank and copies whole lines from them), kept in
+  ``result.lines`` and ``RUN_DIR/output.log``; what is printed is a reader's share of them
+  (``echo="brief"``: the command, rank 0's lines, a sample of its ``step N`` lines or a
+  progress bar, one closing line; ``"all"``; ``False``), ``result.log()`` prints the rest;
 - ``TIMEOUT_S`` enforced; on timeout, failure, a kernel interrupt or the kernel's exit
   the whole process tree is killed (workers run in sessions of their own, so killing
   torchrun's process group alone would leave them behind), and torchrun runs under a small
   guard (``guard.py``) that also catches the workers of a torchrun that died early;
-- on failure an error that carries the failing rank's own traceback;
+- on failure an error that says in a few lines which rank failed first, how (its exit code
+  explained, its exception whole, the key line of its traceback) and where the logs are;
 - torchrun's log files kept in the run's own directory, a free port for every run
   (``--standalone``), so two runs can proceed at once.
 """
@@ -100,8 +104,8 @@ def exit_meaning(code: int | None, traceback_seen: bool) -> str:
         return f"exit code {shown}: {how}; no Python traceback"
     if traceback_seen:
         return f"exit code {code}: a Python exception"
-    return (f"exit code {code}: no Python traceback: the process exited through os._exit "
-            f"or died in native code")
+    return (f"exit code {code}: no Python traceback: the process exited through "
+            f"os._exit({code}) or sys.exit({code}), or died in native code")
 
 
 class LauncherFailed(RuntimeError):
@@ -186,6 +190,7 @@ class RunResult:
     hooked: list[bool] = field(default_factory=list)  # lines[i] came via torch's excepthook
     script: str | None = None  # the launcher, for the key line of a traceback
     timeout_s: float | None = None
+    torchrun: bool = True  # False: run_command ran something else (its lines have no rank)
 
     @property
     def out_dir(self) -> Path:
@@ -299,7 +304,8 @@ class RunResult:
         """Why the run failed, in a few lines: which rank failed first, its exit code and
         what it means, its exception (whole) and the key line of its traceback, where the
         whole log is. Empty for a run that did not fail."""
-        where = f"whole log: {self.log_dir} ({self.log_hint()})"
+        logs = self.log_dir if self.torchrun else self.run_dir / "output.log"
+        where = f"whole log: {logs} ({self.log_hint()})"
         if self.timed_out:
             last = self.rank_lines(0)[-1:] or [t for _, t in self.lines][-1:]
             limit = f"TIMEOUT_S={self.timeout_s:g} s" if self.timeout_s else "its timeout"
@@ -316,7 +322,8 @@ class RunResult:
         code = self.failed_exitcode() if rank is not None else self.returncode
         tb = self.traceback(rank)
         who = (f"rank {rank} failed first (of {self.nproc})" if rank is not None
-               else "torchrun failed before any rank reported a failure")
+               else "torchrun failed before any rank reported a failure" if self.torchrun
+               else "the command failed")
         lines = [f"{self.name} failed: {who}, {exit_meaning(code, tb is not None)}"]
         if tb is not None:
             lines += ["  " + t for t in tb.exception] or ["  (the traceback had no exception line)"]
@@ -337,6 +344,9 @@ class RunResult:
 
     def closing_line(self) -> str:
         state = "" if self.ok else (" TIMED OUT," if self.timed_out else " FAILED,")
+        if not self.torchrun:
+            return (f"{self.name}: {self.seconds:.1f} s,{state} {len(self.lines)} lines in "
+                    f"{self.run_dir / 'output.log'} (result.log() prints them)")
         return (f"{self.name}: {self.nproc} ranks, {self.seconds:.1f} s,{state} {len(self.lines)} "
                 f"lines in {self.log_dir} (result.log() prints them)")
 
@@ -617,9 +627,9 @@ def run_command(
     check_echo(echo)
     timeout_s = setup.timeout_s if timeout_s is None else timeout_s
     run_dir = run_dir or fresh_run_dir(setup, name)
-    result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir, script=script,
-                       timeout_s=timeout_s)  # fmt: skip
     torchrun = "torch.distributed.run" in cmd or Path(cmd[0]).name == "torchrun"
+    result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir, script=script,
+                       timeout_s=timeout_s, torchrun=torchrun)  # fmt: skip
     shower = Echo(echo, name, progress, main_rank=0 if torchrun else None)
     shower.command(shown or cmd)
 

@@ -112,7 +112,7 @@ time.sleep(60)  # the other rank is busy when rank 1 goes
 
 
 @pytest.mark.parametrize("mode, expected", [
-    ("exit13", "exit code 13: no Python traceback: the process exited through os._exit"),
+    ("exit13", "exit code 13: no Python traceback: the process exited through os._exit(13)"),
     ("sigkill", "exit code -9 (signal 9): killed by SIGKILL"),
     ("long", "exit code 1: a Python exception"),
 ])  # fmt: skip
@@ -396,11 +396,28 @@ def test_a_traceback_keeps_out_the_stdout_lines_tee_mixes_in():
 
 
 @pytest.mark.parametrize("code, expected", [
-    (13, "exit code 13: no Python traceback: the process exited through os._exit or died in "
-         "native code"),
+    (13, "exit code 13: no Python traceback: the process exited through os._exit(13) or "
+         "sys.exit(13), or died in native code"),
     (-6, "exit code -6 (signal 6): aborted (SIGABRT) in native code"),
     (137, "exit code 137 (= 128 + 9): killed by SIGKILL"),
     (-11, "exit code -11 (signal 11): crashed with a segmentation fault"),
 ])  # fmt: skip
 def test_exit_codes_are_explained(code, expected):
     assert runner.exit_meaning(code, traceback_seen=False).startswith(expected)
+
+
+def test_run_command_of_another_program_prints_its_own_lines(setup, capsys):
+    """Not torchrun (mp.spawn, sbatch): its lines have no rank; brief shows them as rank 0's."""
+    code = "import sys; [print(f'step {i}/3') for i in (1, 2, 3)]; print('done'); sys.exit(3)"
+    run = runner.run_command([sys.executable, "-c", code], setup=setup, name="plain",
+                             check=False)  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1:] == ["step 1/3", "step 2/3", "step 3/3", "done", (
+        f"plain: {run.seconds:.1f} s, FAILED, 4 lines in {run.run_dir / 'output.log'} "
+        "(result.log() prints them)")]  # fmt: skip
+    lines = run.failure().splitlines()
+    assert lines[0] == ("plain failed: the command failed, exit code 3: no Python traceback: "
+                        "the process exited through os._exit(3) or sys.exit(3), or died in "
+                        "native code")  # fmt: skip
+    assert lines[1:] == ["  its last line: 'done'",
+                         f"whole log: {run.run_dir / 'output.log'} (result.log() prints them)"]
