@@ -291,14 +291,14 @@ class RunResult:
         return [_strip_cr(prefix.sub("", t)) for t in raw]
 
     def root_cause(self) -> str:
-        """The failing rank's own traceback (whole), as torchrun's summary names it."""
+        """The failing rank's own traceback (whole), as torchrun's summary names it; where it
+        left none, :meth:`failure` (which says how it left). Prefer ``failure()``: short."""
         failed_rank = self.failed_rank()
-        if failed_rank is None:
-            return "\n".join([text for r, text in self.lines if r is None][-20:]) or self.failure()
-        own = self.rank_lines(failed_rank)
+        own = self.rank_lines(failed_rank) if failed_rank is not None else []
         starts = [i for i, text in enumerate(own) if text.startswith("Traceback")]
-        body = own[starts[-1] :] if starts else own[-15:]
-        return f"rank {failed_rank} failed first:\n" + "\n".join(body or [self.failure()])
+        if not starts:
+            return self.failure()
+        return f"rank {failed_rank} failed first:\n" + "\n".join(own[starts[-1] :])
 
     def failure(self) -> str:
         """Why the run failed, in a few lines: which rank failed first, its exit code and

@@ -132,6 +132,7 @@ def test_a_failure_is_never_cut_and_never_empty(setup, tmp_path, mode, expected)
                    for t in lines), message  # fmt: skip
     else:
         assert lines[1] == "  its last line: 'rank 1 ready'", message
+        assert run.root_cause() == message  # no traceback to show: how it left, instead
     assert lines[-1] == f"whole log: {run.log_dir} (result.log(1) prints rank 1's lines)"
 
 
