@@ -6,13 +6,7 @@ What it trains: a compact CNN (`Net`) on a synthetic image-classification set ma
 code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
 glyph at a random place. Every rank trains on its own shard of the data.
 
-Options (the defaults train in well under a minute on 2 CPU cores; scale up for GPUs):
-  --width W --image-size S --classes C        model and image size
-  --train-size N --test-size N --noise X       data size and difficulty
-  --norm batch|layer    BatchNorm (learns fast here), or LayerNorm (no batch statistics)
-  --epochs E --batch-size B (per rank) --lr LR --warmup STEPS   AdamW, warmup then cosine
-  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json and DIR/model.pt (the final
-                        weights)
+Options: `--help`. The defaults train in about a minute on 2 CPU cores; scale up for GPUs.
 """
 
 import argparse
@@ -41,10 +35,17 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
     return torch.device("cpu"), "gloo"
 
 
-def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
-    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
+def make_dataset(n, seed, image_size=16, classes=8, noise=0.3, similar=0, label_noise=0.0):
+    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y).
+    similar=K: class 2c+1's glyph is class 2c's with only K of its 25 pixels flipped;
+    label_noise=p: a fraction p of the labels replaced by random classes."""
     glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
     glyphs = glyphs.round() * 2 - 1  # +1/-1 pixels: the same glyphs for every split
+    flips = torch.Generator().manual_seed(4321)
+    for c in range(1, classes, 2) if similar else []:  # pairs of look-alike classes
+        flip = torch.randperm(25, generator=flips)[:similar]
+        glyphs[c] = glyphs[c - 1]
+        glyphs[c].view(-1)[flip] *= -1
     g = torch.Generator().manual_seed(seed)  # a different seed for each split
     labels = torch.randint(classes, (n,), generator=g)
     rows = torch.randint(image_size - 4, (n,), generator=g)
@@ -52,6 +53,8 @@ def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
     images = noise * torch.randn(n, 1, image_size, image_size, generator=g)
     for i in range(n):
         images[i, 0, rows[i] : rows[i] + 5, cols[i] : cols[i] + 5] += glyphs[labels[i]]
+    noisy = torch.rand(n, generator=g) < label_noise  # no draw changes the images above
+    labels = torch.where(noisy, torch.randint(classes, (n,), generator=g), labels)
     return images, labels
 
 
@@ -69,7 +72,8 @@ class Net(nn.Module):
         super().__init__()
 
         def block(c_in, c_out):
-            norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
+            norm_layer = {"batch": nn.BatchNorm2d, "layer": ChannelLayerNorm,
+                          "none": lambda c: nn.Identity()}[norm](c_out)
             # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
             conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
             return nn.Sequential(conv, norm_layer, nn.ReLU())
@@ -111,17 +115,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=8)
+    parser.add_argument("--classes", type=int, default=16)
     parser.add_argument("--train-size", type=int, default=4096)
     parser.add_argument("--test-size", type=int, default=1024)
-    parser.add_argument("--noise", type=float, default=0.3)
-    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--noise", type=float, default=0.6, help="pixel noise (std)")
+    parser.add_argument("--similar", type=int, default=4, help="pixels between look-alike classes")
+    parser.add_argument("--label-noise", type=float, default=0.1, help="training labels only")
+    parser.add_argument("--norm", choices=["batch", "layer", "none"], default="batch",
+                        help="BatchNorm, LayerNorm over channels, or none")
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    parser.add_argument("--out", default="out", help="folder for metrics.json and logs (rank 0)")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -143,8 +150,9 @@ def main():
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
-    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
-    train_x, train_y = make_dataset(args.train_size, seed=1, **size)
+    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise,
+            "similar": args.similar}
+    train_x, train_y = make_dataset(args.train_size, seed=1, label_noise=args.label_noise, **size)
     test_x, test_y = make_dataset(args.test_size, seed=2, **size)  # held out: never trained on
     train_set = TensorDataset(train_x, train_y)
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
@@ -181,6 +189,8 @@ def main():
             tick = now
             if rank == 0:
                 losses.append(loss.item())
+                if step % max(1, total_steps // 20) == 0 or step == total_steps:  # progress
+                    print(f"step {step}/{total_steps}  loss {loss.item():.4f}", flush=True)
         test_acc, test_loss = evaluate(model, test_x, test_y, device) if rank == 0 else (0, 0)
         evals.append({"step": step, "test_acc": test_acc, "test_loss": test_loss})
         if rank == 0:

@@ -1,4 +1,4 @@
-"""The course's DDP training script (notebook 04, step 6 of 6): add --amp and --compile.
+"""The course's DDP training script (notebook 05, step 6 of 6): add --amp and --compile.
 
     torchrun --nproc-per-node 2 launchers/train_step6_amp_compile.py --epochs 4
 
@@ -6,25 +6,7 @@ What it trains: a compact CNN (`Net`) on a synthetic image-classification set ma
 code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
 glyph at a random place. Every rank trains on its own shard of the data.
 
-Options (the defaults train in well under a minute on 2 CPU cores; scale up for GPUs):
-  --width W --image-size S --classes C        model and image size
-  --train-size N --test-size N --noise X       data size and difficulty
-  --norm batch|layer    BatchNorm (learns fast here), or LayerNorm (no batch statistics)
-  --epochs E --batch-size B (per rank) --lr LR --warmup STEPS   AdamW, warmup then cosine
-  --accum-steps K       K micro-batches per optimizer step; all-reduce only on the last (no_sync)
-  --sync-every-micro-step   accumulate the naive way (all-reduce every micro-batch), to compare
-  --optimizer adamw|sgd AdamW, or SGD with momentum (its steps are proportional to the
-                        gradients: what exact comparisons of two runs need)
-  --checkpoint-every N  save OUT/checkpoint.pt every N optimizer steps (rank 0, atomically)
-  --resume PATH         continue from a checkpoint if PATH exists, else start fresh
-                        (resume with the same number of ranks and batch size)
-  --fail-at-step N      simulate a crash: the last rank dies abruptly at step N
-  --amp none|bf16|fp16  autocast: bf16 on CPU or GPU; fp16 with a GradScaler, GPU only
-  --compile             torch.compile the DDP model
-  --compile-backend B   inductor (generates fused kernels; the default) or eager (only
-                        captures the graphs: checks what compiles in seconds, no speed-up)
-  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json, DIR/tb/ (TensorBoard) and
-                        DIR/checkpoint.pt (the final weights, also with --checkpoint-every 0)
+Options: `--help`. The defaults train in about a minute on 2 CPU cores; scale up for GPUs.
 """
 
 import argparse
@@ -44,7 +26,6 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torch.utils.tensorboard import SummaryWriter
-from tqdm import tqdm
 
 
 def device_and_backend(requested: str, local_rank: int, local_world_size: int,
@@ -58,10 +39,17 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
     return torch.device("cpu"), "gloo"
 
 
-def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
-    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
+def make_dataset(n, seed, image_size=16, classes=8, noise=0.3, similar=0, label_noise=0.0):
+    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y).
+    similar=K: class 2c+1's glyph is class 2c's with only K of its 25 pixels flipped;
+    label_noise=p: a fraction p of the labels replaced by random classes."""
     glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
     glyphs = glyphs.round() * 2 - 1  # +1/-1 pixels: the same glyphs for every split
+    flips = torch.Generator().manual_seed(4321)
+    for c in range(1, classes, 2) if similar else []:  # pairs of look-alike classes
+        flip = torch.randperm(25, generator=flips)[:similar]
+        glyphs[c] = glyphs[c - 1]
+        glyphs[c].view(-1)[flip] *= -1
     g = torch.Generator().manual_seed(seed)  # a different seed for each split
     labels = torch.randint(classes, (n,), generator=g)
     rows = torch.randint(image_size - 4, (n,), generator=g)
@@ -69,6 +57,8 @@ def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
     images = noise * torch.randn(n, 1, image_size, image_size, generator=g)
     for i in range(n):
         images[i, 0, rows[i] : rows[i] + 5, cols[i] : cols[i] + 5] += glyphs[labels[i]]
+    noisy = torch.rand(n, generator=g) < label_noise  # no draw changes the images above
+    labels = torch.where(noisy, torch.randint(classes, (n,), generator=g), labels)
     return images, labels
 
 
@@ -86,7 +76,8 @@ class Net(nn.Module):
         super().__init__()
 
         def block(c_in, c_out):
-            norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
+            norm_layer = {"batch": nn.BatchNorm2d, "layer": ChannelLayerNorm,
+                          "none": lambda c: nn.Identity()}[norm](c_out)
             # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
             conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
             return nn.Sequential(conv, norm_layer, nn.ReLU())
@@ -140,26 +131,35 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=8)
+    parser.add_argument("--classes", type=int, default=16)
     parser.add_argument("--train-size", type=int, default=4096)
     parser.add_argument("--test-size", type=int, default=1024)
-    parser.add_argument("--noise", type=float, default=0.3)
-    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--noise", type=float, default=0.6, help="pixel noise (std)")
+    parser.add_argument("--similar", type=int, default=4, help="pixels between look-alike classes")
+    parser.add_argument("--label-noise", type=float, default=0.1, help="training labels only")
+    parser.add_argument("--norm", choices=["batch", "layer", "none"], default="batch",
+                        help="BatchNorm, LayerNorm over channels, or none")
+    parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank (micro-batch)")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
-    parser.add_argument("--accum-steps", type=int, default=1)
-    parser.add_argument("--sync-every-micro-step", action="store_true")
-    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    parser.add_argument("--accum-steps", type=int, default=1,
+                        help="K micro-batches per optimizer step (no_sync on K-1)")
+    parser.add_argument("--sync-every-micro-step", action="store_true",
+                        help="accumulate naively: all-reduce every micro-batch")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
+                        help="SGD (momentum 0.9): steps proportional to the gradients")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
     parser.add_argument("--resume", default=None, help="checkpoint to continue from, if it exists")
-    parser.add_argument("--fail-at-step", type=int, default=-1)
-    parser.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none")
-    parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--compile-backend", default="inductor")
+    parser.add_argument("--fail-at-step", type=int, default=-1,
+                        help="simulate a crash: the last rank exits at this step")
+    parser.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none",
+                        help="autocast dtype; fp16 (with a GradScaler) needs a GPU")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="inductor (fused kernels) or eager (graph capture only)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    parser.add_argument("--out", default="out", help="folder for metrics.json and logs (rank 0)")
     args = parser.parse_args()
     if args.amp == "fp16" and args.device != "cuda":
         parser.error("--amp fp16 needs --device cuda (its GradScaler is for GPUs); use bf16")
@@ -200,8 +200,9 @@ def main():
         if rank == 0:
             print(f"resumed from {args.resume} at step {start_step}")
 
-    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
-    train_x, train_y = make_dataset(args.train_size, seed=1, **size)
+    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise,
+            "similar": args.similar}
+    train_x, train_y = make_dataset(args.train_size, seed=1, label_noise=args.label_noise, **size)
     test_x, test_y = make_dataset(args.test_size, seed=2, **size)  # held out: never trained on
     train_set = TensorDataset(train_x, train_y)
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
@@ -211,14 +212,12 @@ def main():
     samples_per_step = args.batch_size * args.accum_steps * world_size
 
     writer = None
-    if rank == 0:  # one writer, one progress bar: rank 0 logs for everyone
+    if rank == 0:  # one writer: rank 0 logs for everyone
         writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}; "
               f"amp {args.amp}; compile {args.compile}")
-    bar = tqdm(total=total_steps, initial=start_step, disable=rank != 0, desc="train", ncols=80,
-               mininterval=1.0)
     ckpt_path = os.path.join(args.out, "checkpoint.pt")
     allreduces = 0
 
@@ -265,11 +264,11 @@ def main():
             tick = now
             if rank == 0:
                 losses.append(loss.item())
+                if step % max(1, total_steps // 20) == 0 or step == total_steps:  # progress
+                    print(f"step {step}/{total_steps}  loss {loss.item():.4f}", flush=True)
                 writer.add_scalar("train/loss", loss.item(), step)
                 writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
                 writer.add_scalar("train/samples_per_s", samples_per_step / step_times[-1], step)
-                bar.update()
-                bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 if rank == 0:
                     save_checkpoint(ckpt_path, model, optimizer, step)
@@ -282,10 +281,9 @@ def main():
         if rank == 0:
             writer.add_scalar("test/accuracy", test_acc, step)
             writer.add_scalar("test/loss", test_loss, step)
-            bar.write(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
-                      f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
+            print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
+                  f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
         tick = time.perf_counter()  # evaluation time is not step time
-    bar.close()
 
     if rank == 0:
         save_checkpoint(ckpt_path, model, optimizer, step)

@@ -1,4 +1,7 @@
-"""Notebook 04: the training loop grown step by step, and the proof that DDP == one process."""
+"""Notebook 04: the training loop grown step by step (data, logging, checkpoints, evaluation).
+
+The proof that DDP == one process is notebook 05's; its launcher is tested here under every
+CPU kernel (test_the_proof_holds_with_every_cpu_kernel), as before the split."""
 
 import subprocess
 import sys
@@ -17,10 +20,11 @@ FINAL = ROOT / "launchers" / "train_step6_amp_compile.py"
 def test_training_loop_notebook(nproc, tmp_path):
     r = execute_notebook("04", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc and r["backend"] == "gloo"
-    claims = {c["text"].split(":")[0]: c for c in r["claims"]}
     # it trains: the loss falls and the held-out accuracy rises, in every run
-    assert r["final_loss"] < 0.8 * r["first_loss"]
+    assert r["final_loss"] < 0.9 * r["first_loss"]
     assert r["final_test_acc"] > r["initial_test_acc"] + 0.1
+    # and it keeps learning after the first epoch (the task is hard enough to take several)
+    assert r["epochs"] >= 3 and r["final_test_acc"] > r["epoch1_test_acc"] + 0.05
     assert r["sampler_set_epoch_reshuffles"] is True and r["sampler_padded_duplicates"] == 2
     assert r["tensorboard_tags"] == 5  # loss, lr, throughput, test accuracy, test loss
     # a crash after a checkpoint, then a resume to the end
@@ -30,19 +34,7 @@ def test_training_loop_notebook(nproc, tmp_path):
         assert r["resume_max_param_diff"] == 0.0
     # the all-reduced evaluation is the single-process evaluation
     assert r["eval_equal"] is True and r["eval_distributed_acc"] == r["eval_single_process_acc"]
-    # no_sync: K times fewer all-reduces than syncing every micro-batch (counts: exact)
-    assert r["allreduces_no_sync"] == r["allreduces_large_batch"]
-    assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
-    assert min(r["step_ms_fp32"], r["step_ms_bf16"], r["step_ms_compile"]) > 0
-    # the compile pitfall of this torch: DDP(nn.Sequential) compiles nothing, DDP(Net) compiles
-    assert r["compiled_graphs_sequential"] == 0 and r["compiled_graphs_net"] >= 1
-    # the proof, in float64: the mathematics, on any CPU (expect ~1e-16)
-    assert r["proof_f64_mean_diff"] < 1e-12 and r["proof_f64_sum_scaled_diff"] < 1e-12
-    # the planted mistakes are real differences, far above the fp32 floor of the same run
-    assert r["proof_f64_sum_unscaled_diff"] > 100 * r["proof_fp32_floor_max"]
-    assert r["proof_f64_batchnorm_diff"] > 100 * r["proof_fp32_floor_max"]
-    assert r["proof_syncbn"] == "ran" or "GPU" in r["proof_syncbn"]
-    assert len(claims) >= 8
+    assert len(r["claims"]) >= 5
 
 
 @pytest.mark.slow
