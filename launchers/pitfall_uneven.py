@@ -1,4 +1,4 @@
-"""Pitfall 6, uneven inputs (BROKEN ON PURPOSE): ranks with different numbers of batches.
+"""Notebook 08 §4, uneven inputs (BROKEN ON PURPOSE): ranks with different numbers of batches.
 
     torchrun --nproc-per-node 2 launchers/pitfall_uneven.py --pg-timeout 5
 
@@ -31,6 +31,14 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
         device = torch.device("cuda", local_rank % n_gpus)
         return device, "nccl" if local_world_size <= n_gpus else "gloo"
     return torch.device("cpu"), "gloo"
+
+
+def train_step(ddp_model, optimizer, x, y):
+    """One DDP step: its forward and backward are collectives, every rank must call them."""
+    loss = F.cross_entropy(ddp_model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 
 
 def main():
@@ -68,10 +76,7 @@ def main():
             faulthandler.dump_traceback_later(args.watchdog, exit=False)
         first = step * args.batch_size
         x, y = x_all[first : first + args.batch_size], y_all[first : first + args.batch_size]
-        loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # a collective: every rank must get here, every step
-        optimizer.step()
+        train_step(ddp_model, optimizer, x.to(device), y.to(device))
         steps += 1
     print(f"finished my {steps} batches", flush=True)
 

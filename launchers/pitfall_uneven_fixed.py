@@ -1,15 +1,12 @@
-"""Pitfall 6, uneven inputs, fixed with the Join context manager.
+"""Notebook 08 §4, uneven inputs, fixed with the Join context manager.
 
     torchrun --nproc-per-node 2 launchers/pitfall_uneven_fixed.py
 
 Each rank reads its own shard, and the shards differ in length: rank r has
 `--batches + r` batches (think: one file per rank, no DistributedSampler to even them
 out). Inside `with Join([ddp_model]):` a rank that runs out of batches keeps answering the
-others' all-reduces with zeros ("shadowing" them) until every rank is done. DDP still
-divides the summed gradients by the initial world size (Join's default,
-divide_by_initial_world_size=True): every sample weighs the same, and a step that only
-some ranks had data for takes a smaller step. `Join([ddp_model],
-divide_by_initial_world_size=False)` divides by the ranks that still had data instead.
+others' all-reduces with zeros ("shadowing" them) until every rank is done; DDP still
+divides by the initial world size (divide_by_initial_world_size=True, Join's default).
 """
 
 import argparse
@@ -36,6 +33,14 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
         device = torch.device("cuda", local_rank % n_gpus)
         return device, "nccl" if local_world_size <= n_gpus else "gloo"
     return torch.device("cpu"), "gloo"
+
+
+def train_step(ddp_model, optimizer, x, y):
+    """One DDP step: its forward and backward are collectives, every rank must call them."""
+    loss = F.cross_entropy(ddp_model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 
 
 def main():
@@ -74,10 +79,7 @@ def main():
                 faulthandler.dump_traceback_later(args.watchdog, exit=False)
             first = step * args.batch_size
             x, y = x_all[first : first + args.batch_size], y_all[first : first + args.batch_size]
-            loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            train_step(ddp_model, optimizer, x.to(device), y.to(device))
             steps += 1
     print(f"finished my {steps} batches", flush=True)
 
