@@ -1,0 +1,313 @@
+"""Notebook 01's bookkeeping and pictures: the ledger, real DP's sampler, the plots.
+
+Not a launcher: a module that notebook 01 imports. What the notebook teaches (DataParallel's
+step re-implemented, the measurements, the claims) stays in the notebook; this file holds
+the accounting and the drawing that would bury it.
+"""
+
+import inspect
+import threading
+import time
+from contextlib import contextmanager
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+MB = 2**20
+
+
+def show_source(obj, first_lines=None):
+    """Display the source of ``obj`` (its first lines only, if asked) from the installed torch."""
+    from IPython.display import Markdown, display
+
+    lines = inspect.getsource(obj).splitlines()
+    shown = lines if first_lines is None else lines[:first_lines] + ["    ..."]
+    where = inspect.getsourcefile(obj).split("site-packages/")[-1]
+    display(Markdown(f"`{where}`\n```python\n" + "\n".join(shown) + "\n```"))
+
+
+class Ledger:
+    """Bytes held per virtual device and phase, seconds per phase (for the re-implementation)."""
+
+    def __init__(self, devices):
+        self.held = [{} for _ in range(devices)]  # device -> {what: bytes}
+        self.phases, self.breakdown, self.seconds = {}, {}, {}
+        self.current = None
+
+    def hold(self, device, what, *items):
+        """Device `device` now also holds these tensors (or byte counts)."""
+        nbytes = sum(i if isinstance(i, int) else i.nbytes for i in items)
+        self.held[device][what] = self.held[device].get(what, 0) + nbytes
+        self._record(device)
+
+    def drop(self, device, *whats):
+        for what in whats or list(self.held[device]):
+            self.held[device].pop(what, None)
+        self._record(device)
+
+    def _record(self, device):  # keep each device's largest total within the phase
+        total = sum(self.held[device].values())
+        peaks = self.phases[self.current]
+        if total > peaks[device]:
+            peaks[device] = total
+            self.breakdown[self.current][device] = dict(self.held[device])
+
+    @contextmanager
+    def phase(self, name):
+        self.current = name
+        self.phases[name] = [-1] * len(self.held)
+        self.breakdown[name] = [None] * len(self.held)
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = time.perf_counter() - start
+        for device in range(len(self.held)):
+            self._record(device)
+
+    def peaks(self):
+        return [max(p[k] for p in self.phases.values()) for k in range(len(self.held))]
+
+    def at_peak(self, device):
+        """{what: bytes} that ``device`` held at its own peak."""
+        phase = max(self.phases, key=lambda ph: self.phases[ph][device])
+        return self.breakdown[phase][device] or {}
+
+
+def saved_bytes(known):
+    """A hook that sums the bytes autograd saves for backward, skipping storages in `known`."""
+    saved = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in known:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    return saved, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
+def storages(*tensors):
+    return {t.untyped_storage().data_ptr() for t in tensors}
+
+
+def measure_real_dp(train_step, seconds):
+    """Run ``train_step`` (a DataParallel step) for ``seconds``, sampling every GPU meanwhile:
+    what nvidia-smi shows (NVML, through torch.cuda.device_memory_used / utilization) and what
+    PyTorch's allocator hands to tensors. Draws it; returns the peaks per GPU."""
+    devices = list(range(torch.cuda.device_count()))
+    for d in devices:
+        torch.cuda.reset_peak_memory_stats(d)
+    samples, stop, t0 = [], threading.Event(), time.perf_counter()
+
+    def sample_gpus():
+        while not stop.is_set():
+            row = {"t": time.perf_counter() - t0}
+            for d in devices:
+                row[f"mem{d}"] = torch.cuda.memory_allocated(d)  # tensors, by PyTorch's count
+                try:  # the driver's figures, through NVML: what nvidia-smi prints
+                    row[f"used{d}"] = torch.cuda.device_memory_used(d)
+                    row[f"util{d}"] = torch.cuda.utilization(d)
+                except Exception:  # NVML not readable here: no driver figures, said below
+                    row[f"used{d}"] = row[f"util{d}"] = float("nan")
+            samples.append(row)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample_gpus, daemon=True)
+    sampler.start()
+    steps = 0
+    while steps < 3 or time.perf_counter() - t0 < seconds:
+        train_step()
+        steps += 1
+    torch.cuda.synchronize()
+    stop.set()
+    sampler.join()
+    gpu = {"measured": True, "devices": len(devices), "steps": steps,
+           "peak": [torch.cuda.max_memory_allocated(d) for d in devices],
+           "reserved": [torch.cuda.memory_reserved(d) for d in devices]}  # fmt: skip
+
+    fig, (bars, mem, util) = plt.subplots(1, 3, figsize=(14, 3.6))
+    names = [f"cuda:{d}" for d in devices]
+    bars.bar(names, [p / MB for p in gpu["peak"]], color="tab:red", label="peak allocated")
+    bars.bar(names, [r / MB for r in gpu["reserved"]], fill=False, label="reserved (cache)")
+    bars.set(xlabel="GPU", ylabel="MB", title="peak memory per GPU (measured)")
+    bars.legend(fontsize="small", loc="lower right")
+    ts = [s["t"] for s in samples]
+    for d in devices:
+        color = plt.cm.tab10(d % 10)
+        mem.plot(ts, [s[f"used{d}"] / MB for s in samples], color=color,
+                 label=f"cuda:{d} used (nvidia-smi)")
+        mem.plot(ts, [s[f"mem{d}"] / MB for s in samples], ls="--", color=color,
+                 label=f"cuda:{d} allocated to tensors")
+        util.plot(ts, [s[f"util{d}"] for s in samples], color=color, label=f"cuda:{d}")
+    mem.set(xlabel="seconds", ylabel="MB", title="memory over the run", ylim=(0, None))
+    util.set(xlabel="seconds", ylabel="% of time busy", title="utilisation (NVML)", ylim=(0, 105))
+    mem.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    util.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    plt.show()
+    if all(s[f"util{d}"] != s[f"util{d}"] for s in samples for d in devices):  # all NaN
+        print("NVML could not be read here (nvidia-ml-py missing or not permitted): the "
+              "utilisation plot is empty, the memory plot shows only PyTorch's own count.")
+    return gpu
+
+
+def plot_ledger(ledgers, ks):
+    """Left: what each virtual device holds at its peak, for the largest K. Right: how the
+    peaks change with K: device 0's and the busiest other device's, from 0 MB."""
+    kmax = max(ks)
+    ledger = ledgers[kmax]
+    at_peak = [ledger.at_peak(k) for k in range(kmax)]
+    kinds = sorted({w for d in at_peak for w in d},
+                   key=lambda w: -sum(d.get(w, 0) for d in at_peak))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 3.8))
+    bottom = np.zeros(kmax)
+    for i, what in enumerate(kinds):
+        values = np.array([d.get(what, 0) / MB for d in at_peak])
+        left.bar([f"vdev {k}" for k in range(kmax)], values, bottom=bottom, label=what,
+                 color=plt.cm.tab10(i % 10), hatch="//" if i >= 10 else None)
+        bottom += values
+    left.set(xlabel="virtual device", ylabel="MB at that device's peak",
+             title=f"rebuilt DP (re-implementation), K={kmax}: bytes per virtual device")
+    left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    multi = [k for k in ks if k > 1]
+    dev0 = [ledgers[k].peaks()[0] / MB for k in multi]
+    others = [max(ledgers[k].peaks()[1:]) / MB for k in multi]
+    right.plot(multi, dev0, "o-", color="tab:red", label="device 0")
+    right.plot(multi, others, "s-", color="tab:blue", label="busiest other device")
+    for k, a, b in zip(multi, dev0, others, strict=True):
+        right.annotate(f"{a / b:.2f}x", (k, a), textcoords="offset points", xytext=(0, 6),
+                       ha="center", fontsize=8)
+    right.set(xlabel="virtual devices K", ylabel="peak MB (ledger)", ylim=(0, 1.15 * max(dev0)),
+              xticks=multi, title="peaks against K: device 0 keeps its load, the others' shrinks")
+    right.legend(loc="lower left")
+    fig.tight_layout()
+    plt.show()
+
+
+def plot_phase_times(timings, ks, serial):
+    """Left: ms per phase and K, one colour per phase (serial phases hatched). Right: the
+    serial phases' share of the step."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 3.8))
+    phases = list(timings[ks[0]])
+    bottom = np.zeros(len(ks))
+    for i, ph in enumerate(phases):
+        values = np.array([timings[k][ph] * 1000 for k in ks])
+        left.bar([str(k) for k in ks], values, bottom=bottom, color=plt.cm.tab10(i % 10),
+                 hatch="//" if ph in serial else None, edgecolor="white",
+                 label=ph + (" (serial, device 0)" if ph in serial else " (parallel)"))
+        bottom += values
+    left.set(xlabel="virtual devices K", ylabel="ms per step (best of the steps)",
+             title="rebuilt DP: time per phase")
+    left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    share = [100 * sum(timings[k][ph] for ph in serial) / sum(timings[k].values()) for k in ks]
+    right.plot(ks, share, "o-", color="tab:red")
+    right.set(xlabel="virtual devices K", ylabel="% of the step", ylim=(0, 100), xticks=ks,
+              title="share of the step in serial phases on device 0")
+    fig.tight_layout()
+    plt.show()
+
+
+def plot_calculator(ledger, predicted, k):
+    """Phase by phase, device 0 and device 1: the ledger's bytes and the calculator's."""
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    for device, color in [(0, "tab:red"), (1, "tab:blue")]:
+        ax.plot(list(ledger.phases), [v[device] / MB for v in ledger.phases.values()], "o-",
+                color=color, label=f"vdev {device}: ledger")
+        ax.plot(list(predicted), [v[device] / MB for v in predicted.values()], "x--", color=color,
+                label=f"vdev {device}: calculator")
+    ax.set(xlabel="phase of the step", ylabel="MB held", ylim=(0, None),
+           title=f"phase by phase, K={k}: ledger (re-implementation) vs calculator")
+    ax.tick_params(axis="x", labelrotation=30)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    plt.show()
+
+
+def plot_pairs(groups, labels, title, ylabel, xlabel="device", colors=("tab:red", "tab:blue"),
+               line=None):
+    """Bars side by side: ``groups`` = {series name: [value per label]}; ``line``: (y, label)."""
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    width = 0.8 / len(groups)
+    for i, (name, values) in enumerate(groups.items()):
+        ax.bar([j + (i - (len(groups) - 1) / 2) * width for j in range(len(labels))], values, width,
+               label=name, color=colors[i % len(colors)])
+    if line is not None:
+        ax.axhline(line[0], ls="--", color="gray", lw=1, label=line[1])
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    plt.show()
+
+
+def draw_memory(params_millions, batch, devices, activation_mb, output_size, dtype, optimizer):
+    """The calculator's peaks per device, DataParallel against DDP (GiB)."""
+    from coursekit import memory
+
+    sizes = dict(dtype=dtype, optimizer=optimizer, activation_bytes_per_sample=activation_mb * MB,
+                 output_size=output_size)
+    dp_bytes = memory.dp_memory(params_millions * 1e6, batch, devices, **sizes)
+    ddp_bytes = memory.ddp_memory(params_millions * 1e6, batch, devices, **sizes)
+    plot_pairs({"DataParallel": [b / 2**30 for b in dp_bytes],
+                "DDP": [b / 2**30 for b in ddp_bytes]},
+               [f"device {k}" for k in range(devices)], ylabel="GiB at peak (calculator)",
+               title=f"{params_millions:g} M parameters, global batch {batch}, {devices} devices",
+               colors=("tab:red", "tab:green"))
+
+
+def plot_dp_vs_ddp(dp_bytes, dp_title, ddp_tensors, ddp_predicted, ddp_memory, what, same_scale):
+    """Left: DP's devices. Middle: each DDP rank's tensor bytes by kind, and the calculator.
+    Right: what the memory system saw of each DDP rank (not a tensor count: its own scale)."""
+    n = len(ddp_tensors)
+    x = np.arange(n)
+    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(15, 3.8))
+    for series, (name, values) in enumerate(dp_bytes.items()):
+        shift = 0 if len(dp_bytes) == 1 else (series - 0.5) * 0.4
+        left.bar(x + shift, [v / MB for v in values], 0.8 / len(dp_bytes), label=name,
+                 color=("tab:red", "tab:green")[series])
+    left.set(xlabel="device", ylabel="MB", title=dp_title)
+    left.legend(fontsize=7, loc="lower right")
+    bottom = np.zeros(n)
+    for i, kind in enumerate(ddp_tensors[0]):
+        values = np.array([t[kind] / MB for t in ddp_tensors])
+        mid.bar(x, values, bottom=bottom, label=kind, color=plt.cm.tab10(i % 10))
+        bottom += values
+    mid.plot(x, [p / MB for p in ddp_predicted], "kx", ms=10, label="calculator")
+    mid.set(xlabel="DDP rank", ylabel="tensor MB", title=f"DDP, {n} ranks: tensor bytes per rank")
+    mid.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if same_scale:  # tensor bytes on both: one scale
+        top = 1.1 * max(max(max(v) for v in dp_bytes.values()), max(bottom * MB)) / MB
+        left.set_ylim(0, top)
+        mid.set_ylim(0, top)
+    right.bar(x, [m / MB for m in ddp_memory], color="tab:gray")
+    right.set(xlabel="DDP rank", ylabel="MB", title=f"DDP: {what} (not a tensor count)")
+    for ax in (left, mid, right):
+        ax.set_xticks(x, [str(k) for k in x])
+    fig.tight_layout()
+    plt.show()
+
+
+# the exercise: two setups, and what DDP would fit on the same GPUs
+SCENARIOS = [
+    dict(gpu_bytes=24e9, devices=4, params=350e6, dtype="float32", optimizer="adam",
+         activation_bytes_per_sample=120 * MB, output_size=512 * 32000),
+    dict(gpu_bytes=80e9, devices=8, params=1.3e9, dtype="bfloat16", optimizer="adam",
+         activation_bytes_per_sample=300 * MB, output_size=1024 * 50000),
+]
+
+
+def fits(batch, gpu_bytes, devices, params, **sizes):
+    """Whether a DataParallel step of global ``batch`` fits in ``gpu_bytes`` on every device."""
+    from coursekit import memory
+
+    return max(memory.dp_memory(params, batch, devices, **sizes)) <= gpu_bytes
+
+
+def largest_ddp_batch(gpu_bytes, devices, params, **sizes):
+    """The largest global batch (a multiple of ``devices``) whose DDP step fits on every rank."""
+    from coursekit import memory
+
+    per_rank = 0
+    while max(memory.ddp_memory(params, (per_rank + 1) * devices, devices, **sizes)) <= gpu_bytes:
+        per_rank += 1
+    return per_rank * devices
