@@ -98,6 +98,10 @@ class Claim:
     def as_record(self) -> dict:
         return asdict(self)
 
+    def _ipython_display_(self) -> None:
+        """Nothing: ``Claims.check`` printed the claim already (a cell ending in a check
+        would show it twice)."""
+
 
 def claim(text: str, condition: str, otherwise: str = "", **figures) -> Claim:
     """A claim over ``figures``: both sentences filled in, the condition evaluated."""

@@ -395,10 +395,16 @@ class Echo:
         self.last_step_line: str | None = None
         self.last_printed: str | None = None
         self.in_traceback = False
-        if progress is not None and mode and not headless():
+        if progress is not None:
+            self._open_bar(progress)
+
+    def _open_bar(self, total: int) -> None:
+        """A live bar where a front end can draw it (a widget in JupyterLab); headless runs
+        print a sample of the step lines instead."""
+        if self.mode and not headless():
             from tqdm.auto import tqdm  # a widget in a notebook, text on stderr elsewhere
 
-            self.bar = tqdm(total=progress, desc=name, unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=total, desc=self.name, unit="step", dynamic_ncols=True)
 
     def command(self, shown: Sequence[str]) -> None:
         if self.mode:
@@ -436,6 +442,9 @@ class Echo:
         if self.first_step is None:
             self.first_step = step
         total = self.total or of
+        if self.bar is None and total and self.total is None:  # "step N/M" names its total
+            self.total = total
+            self._open_bar(total)
         done = steps_done(step, self.first_step, total) if total else step
         if self.bar is not None:
             if done > self.bar.n:
