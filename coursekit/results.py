@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import textwrap
 from pathlib import Path
 
 from .claims import Claim
@@ -18,8 +19,8 @@ from .config import Setup
 
 
 def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = ()) -> Path:
-    """Write ``figures`` and ``claims`` for notebook ``stem`` and print the figures; returns
-    the file's path."""
+    """Write ``figures`` and ``claims`` for notebook ``stem`` and print them, packed in a few
+    lines; returns the file's path."""
     record: dict[str, object] = {"notebook": stem, "tier": setup.tier, "device": setup.device,
                                  "nproc": setup.nproc, "smoke": setup.smoke}
     for name, value in figures.items():
@@ -33,19 +34,18 @@ def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = (
             raise TypeError(f"result {name!r} is a {type(value).__name__}: figures are flat "
                             "numbers, strings or booleans")
         record[name] = value
-    width = max(map(len, record))
     record["claims"] = [c.as_record() for c in claims]
     setup.results_dir.mkdir(parents=True, exist_ok=True)
     path = setup.results_dir / f"{stem}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"results -> {path}")
-    for name, value in record.items():
-        if name == "claims":
-            held = sum(c.held for c in claims)
-            print(f"  {name:<{width}}  {held} of {len(claims)} held on this machine")
-            continue
-        shown = f"{value:.4g}" if isinstance(value, float) else value
-        print(f"  {name:<{width}}  {shown}")
+    held = sum(c.held for c in claims)
+    print(f"results -> {path}: {len(figures)} figures, {held} of {len(claims)} claims held "
+          "on this machine")
+    pairs = [f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
+             for name, value in figures.items()]  # fmt: skip
+    # packed, not one per line: the file has them all, the cell stays short
+    print(textwrap.fill("  ".join(pairs), width=100, initial_indent="  ", subsequent_indent="  ",
+                        break_long_words=False, break_on_hyphens=False))
     return path
 
 
