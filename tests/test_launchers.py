@@ -15,7 +15,7 @@ LAUNCHERS = ROOT / "launchers"
 # scripts that start their own processes (mp.spawn) instead of running under torchrun
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
 # modules a notebook writes and imports (notebook 01's spawned GIL workers), not launchers
-IMPORTED_BY_NOTEBOOKS = {"gil_work.py"}
+IMPORTED_BY_NOTEBOOKS = {"gil_work.py", "dp_lab.py"}  # modules notebook 01 imports
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
 TRAIN_QUICK = ["--train-size", "256", "--test-size", "128", "--epochs", "1"]
 QUICK_ARGS = {
