@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 2 launchers/train_step7_sharding.py --strategy fsdp
 
-Notebook 04's training script (step 6), kept to its core (no accumulation, AMP, compile,
+Notebook 05's training script (step 6), kept to its core (no accumulation, AMP, compile,
 TensorBoard or resume, to keep the diff readable), with one new choice, --strategy:
   ddp    every rank holds all parameters, gradients and optimizer state (AdamW: 2 moments)
   zero   DDP + ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share
