@@ -442,7 +442,8 @@ class Echo:
         if self.first_step is None:
             self.first_step = step
         total = self.total or of
-        if self.bar is None and total and self.total is None:  # "step N/M" names its total
+        # "step N/M" names its total: a bar where a notebook front end draws it as a widget
+        if self.bar is None and total and self.total is None and "ipykernel" in sys.modules:
             self.total = total
             self._open_bar(total)
         done = steps_done(step, self.first_step, total) if total else step
