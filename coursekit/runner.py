@@ -89,6 +89,13 @@ def headless() -> bool:
     return os.environ.get(HEADLESS_ENV, "") not in ("", "0")
 
 
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (a front end may draw widgets there)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython else None
+    return getattr(shell, "kernel", None) is not None
+
+
 def exit_meaning(code: int | None, traceback_seen: bool) -> str:
     """What a rank's (or torchrun's) exit code says, in words."""
     if code is None:
@@ -443,7 +450,7 @@ class Echo:
             self.first_step = step
         total = self.total or of
         # "step N/M" names its total: a bar where a notebook front end draws it as a widget
-        if self.bar is None and total and self.total is None and "ipykernel" in sys.modules:
+        if self.bar is None and total and self.total is None and in_kernel():
             self.total = total
             self._open_bar(total)
         done = steps_done(step, self.first_step, total) if total else step
