@@ -146,12 +146,17 @@ def outputs(page):
 
 # the prompt of each code cell of the notebook on show: "[3]:", "[*]:" (running or queued)
 PROMPTS_JS = """panel => [...document.querySelectorAll(panel + ' .jp-CodeCell .jp-InputPrompt')]
-                   .map(e => e.innerText.trim())"""
-# true when the cell running now (the first [*] in order) shows a progress bar widget
+                   .map(e => e.textContent.trim())"""
+# true when the cell running now (the first [*] in order) shows a progress bar widget; it is
+# scrolled into view first (Run All leaves the view where it was). textContent, not innerText:
+# JupyterLab skips rendering cells off screen (windowingMode contentVisibility), and the
+# innerText of what is not rendered is empty.
 RUNNING_BAR_JS = """panel => {
     const cells = [...document.querySelectorAll(panel + ' .jp-CodeCell')];
-    const running = cells.find(c => c.querySelector('.jp-InputPrompt').innerText.includes('*'));
-    return !!(running && running.querySelector('.widget-hprogress'));
+    const running = cells.find(c => c.querySelector('.jp-InputPrompt').textContent.includes('*'));
+    if (!running) return false;
+    running.scrollIntoView({block: 'end'});
+    return !!running.querySelector('.widget-hprogress');
 }"""
 NEWS = re.compile(r"Jupyter news", re.I)
 
