@@ -79,7 +79,8 @@ def claim_with(results, condition):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [2, 3])
+# 2 ranks: the browser test (SMOKE) and make verify (full size) run every notebook so
+@pytest.mark.parametrize("nproc", [3])
 def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     """What every run must show; the timings' outcomes (fit quality, prediction error, ring
     against library, busbw against copy) are claims, each held or not by its own figures
