@@ -18,6 +18,7 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -161,6 +162,17 @@ RUNNING_BAR_JS = """panel => {
 NEWS = re.compile(r"Jupyter news", re.I)
 
 
+def saved_since(lab: Lab, path: str, before: str) -> bool:
+    """The notebook on disk is newer than ``before``. While the server writes it, reading it
+    can answer 400 (an unreadable notebook, half written): not saved yet, ask again."""
+    try:
+        return lab.api(f"contents/{path}")["last_modified"] != before
+    except urllib.error.HTTPError as error:
+        if error.code == 400:
+            return False
+        raise
+
+
 def run_to_the_end(page, lab: Lab, path: str, watch=None) -> nbformat.NotebookNode:
     """Run All, wait until no cell runs or waits and the kernel is idle, save the notebook
     and return it as saved (its outputs as the browser received them). ``watch(page)`` is
@@ -181,7 +193,7 @@ def run_to_the_end(page, lab: Lab, path: str, watch=None) -> nbformat.NotebookNo
     print(f"\n{path}: Run All took {time.monotonic() - start:.0f} s in the browser")
     before = lab.api(f"contents/{path}", method="GET")["last_modified"]
     page.locator(f"{PANEL} .jp-NotebookPanel-toolbar [data-command='docmanager:save']").click()
-    assert wait_for(lambda: lab.api(f"contents/{path}")["last_modified"] != before, 30), (
+    assert wait_for(lambda: saved_since(lab, path, before), 30), (
         f"{path}: saving it from the toolbar changed nothing on disk")
     content = lab.api(f"contents/{path}")["content"]
     nb = nbformat.reads(json.dumps(content), as_version=4)

@@ -39,7 +39,8 @@ def test_training_loop_notebook(nproc, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("capability, nproc, threads", [
-    *((cap, n, None) for cap in ("default", "avx2", "native") for n in (1, 2, 3, 4)),
+    # this machine's own kernels: notebook 05's test runs the proof with them
+    *((cap, n, None) for cap in ("default", "avx2") for n in (1, 2, 3, 4)),
     *((cap, 2, t) for cap in ("default", "avx2") for t in (1, 2)),
 ])  # fmt: skip
 def test_the_proof_holds_with_every_cpu_kernel(capability, nproc, threads, setup, monkeypatch):

@@ -18,15 +18,23 @@ def test_every_notebook_has_a_test_module(notebook):
     assert "execute_notebook(" in modules[0].read_text()
 
 
-@pytest.mark.parametrize(
-    "parameters, env, message",
-    [
-        ({"NPROC": 0}, {}, "NPROC=0 cannot be used"),
-        ({"DEVICE": "cuda"}, {"CUDA_VISIBLE_DEVICES": ""}, "DEVICE='cuda' cannot be used"),
-        ({"TIMEOUT_S": "soon"}, {}, "TIMEOUT_S='soon' cannot be used"),
-    ],
-)
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+BAD_PARAMETERS = [
+    ({"NPROC": 0}, {}, "NPROC=0 cannot be used"),
+    ({"DEVICE": "cuda"}, {"CUDA_VISIBLE_DEVICES": ""}, "DEVICE='cuda' cannot be used"),
+    ({"TIMEOUT_S": "soon"}, {}, "TIMEOUT_S='soon' cannot be used"),
+]
+
+
+def bad_parameter_cases():
+    """Every notebook with one bad parameter (taken in turn), notebook 00 with all of them:
+    each notebook stops before any run, and each message is checked."""
+    for i, notebook in enumerate(NOTEBOOKS):
+        for j, case in enumerate(BAD_PARAMETERS):
+            if i == 0 or j == i % len(BAD_PARAMETERS):
+                yield pytest.param(notebook, *case, id=f"{notebook.stem}-{next(iter(case[0]))}")
+
+
+@pytest.mark.parametrize("notebook, parameters, env, message", bad_parameter_cases())
 def test_bad_parameters_stop_the_notebook_before_any_run(
     notebook, parameters, env, message, tmp_path, monkeypatch
 ):
