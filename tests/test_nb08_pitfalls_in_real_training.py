@@ -30,7 +30,7 @@ def assert_every_pitfall(r):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("capability, threads", [
-    ("native", None), ("default", 1), ("default", 2), ("avx2", 1), ("avx2", 2)])
+    ("default", 1), ("avx2", 2)])  # this machine's own kernels: the notebook's own run
 def test_the_batchnorm_fix_holds_with_every_cpu_kernel(capability, threads, setup, monkeypatch):
     """The comparison the notebook makes (hand-synced statistics within the noise floor of one
     process adding the same sums in every order, the ranks' own far above it), with torch's
