@@ -89,7 +89,8 @@ def free_port() -> int:
 class Lab:
     """A JupyterLab server of the course environment, serving ``root`` on 127.0.0.1."""
 
-    def __init__(self, root: Path, scratch: Path):
+    def __init__(self, root: Path, scratch: Path, env: dict | None = None):
+        """``env``: more environment for the server and its kernels."""
         self.root, self.token, self.port = root, uuid.uuid4().hex, free_port()
         self.runtime_dir = scratch / "runtime"
         dirs = {  # nothing from the user's own Jupyter folders, nothing left in them
@@ -108,8 +109,10 @@ class Lab:
                         f"{LAB_OVERRIDES})")  # fmt: skip
         env = {**os.environ, **{k: str(v) for k, v in dirs.items()},
                # the kernels import this checkout's coursekit, as `make lab` does
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               **(env or {})}  # fmt: skip
         env.pop("COURSEKIT_HEADLESS", None)  # a front end is attached: widgets are drawn
+        self.env = env  # what its kernels inherit
         self.log = (scratch / "jupyterlab.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",

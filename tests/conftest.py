@@ -37,9 +37,10 @@ CELL_TIMEOUT_S = 900
 FIGURE_HOOK = Path(__file__).parent / "ipython_startup" / "figure_check.py"
 
 
-def _ipython_dir(tmp_path: Path) -> Path:
-    """A private IPython profile whose startup file is the figure check (see FIGURE_HOOK)."""
-    ipython_dir = tmp_path / "ipython"
+def figure_check_profile(folder: Path) -> Path:
+    """A private IPython folder (IPYTHONDIR) whose startup file is the figure check (see
+    FIGURE_HOOK)."""
+    ipython_dir = folder / "ipython"
     startup = ipython_dir / "profile_default" / "startup"
     startup.mkdir(parents=True, exist_ok=True)
     shutil.copy(FIGURE_HOOK, startup / "00-figure_check.py")
@@ -55,7 +56,7 @@ def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.
     figure_log = tmp_path / "figure-check.jsonl"
     figure_log.unlink(missing_ok=True)
     env = {"COURSEKIT_HEADLESS": "1", "COURSEKIT_FIGURE_LOG": str(figure_log),
-           "IPYTHONDIR": str(_ipython_dir(tmp_path))}  # fmt: skip
+           "IPYTHONDIR": str(figure_check_profile(tmp_path))}  # fmt: skip
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
@@ -112,14 +113,52 @@ def _first_line(source: str) -> str:
     return lines[0][:100] if lines else ""
 
 
+# Every notebook but 00 runs once at SMOKE sizes in the suite: in JupyterLab, in the browser
+# test (tests/test_browser.py), with these parameters and the reference solutions of its
+# exercises, checked there as papermill's runs are; the notebook's own test takes that run
+# for the same parameters and environment. Its other ranks: its own test and make verify
+# (which also runs the exercises unsolved, as attendees meet them).
+RUN_ONCE_PARAMETERS = {"01": {}, "02": {"NPROC": 3}, "03": {"NPROC": 3}, "04": {"NPROC": 2},
+                       "05": {"NPROC": 3}, "06": {"NPROC": 2}, "07": {"NPROC": 3},
+                       "08": {"NPROC": 2}, "09": {}, "10": {"NPROC": 3}}  # fmt: skip
+# what a kernel inherits that changes what a notebook does, besides its parameters; the
+# course's own variables only where a notebook uses them (its text holds the marker)
+KERNEL_ENVIRONMENT = ("ATEN_", "OMP_", "CUDA_", "TORCH")
+COURSE_VARIABLES = {"COURSE_SOLUTIONS": "coursekit.check_answer(",  # its exercises' answers
+                    "COURSE_SLURM_DIR": "COURSE_SLURM_DIR"}  # notebook 09's Slurm  # fmt: skip
+
+
+@dataclass
+class BrowserRun:
+    results_dir: Path  # what the notebook wrote into its RESULTS_DIR
+    environment: dict  # kernel_environment() of the kernel that ran it
+
+
+BROWSER_RUNS: dict[str, BrowserRun] = {}  # stem prefix -> its run (filled by test_browser)
+
+
+def kernel_environment(notebook: Path, env=os.environ) -> dict:
+    """What of ``env`` changes what ``notebook`` does (KERNEL_ENVIRONMENT, COURSE_VARIABLES)."""
+    text = notebook.read_text()
+    return {k: v for k, v in env.items() if k.startswith(KERNEL_ENVIRONMENT)
+            or COURSE_VARIABLES.get(k, "\0") in text}  # fmt: skip
+
+
 def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
     """Run a notebook with papermill (SMOKE sizes unless told otherwise) as the course's
     verify command does, check what it shows (:func:`run_papermill`) and the results
-    contract, and return its results file."""
+    contract, and return its results file. A notebook the browser test already ran with
+    these parameters and this environment is not run again: its results are that run's."""
     notebook = notebook_path(stem_prefix)
     results_dir = tmp_path / "results"
-    run_papermill(notebook, tmp_path,
-                  {"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters})  # fmt: skip
+    shared = BROWSER_RUNS.get(stem_prefix)
+    if (shared and parameters == RUN_ONCE_PARAMETERS.get(stem_prefix)
+            and shared.environment == kernel_environment(notebook)):  # fmt: skip
+        shutil.copytree(shared.results_dir, results_dir)
+        print(f"{notebook.name}: the results of the browser test's run ({shared.results_dir})")
+    else:
+        run_papermill(notebook, tmp_path,
+                      {"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters})  # fmt: skip
     results = json.loads((results_dir / f"{notebook.stem}.json").read_text())
     assert results["notebook"] == notebook.stem
     assert results["tier"] in {"cpu", "single-gpu", "multi-gpu"}

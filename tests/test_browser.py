@@ -3,16 +3,20 @@
 One JupyterLab from the course environment serves a copy of notebooks/ and launchers/
 (running a notebook writes its launchers and results: the checkout stays untouched), plus
 the fixture notebooks in tests/browser/. Notebook 00 runs as committed; the copies of the
-others have SMOKE = True, to keep CI short, and notebook 04's copy starts its TensorBoard
-(OPEN_TENSORBOARD = True). Every notebook is opened, run with Run All to its end, saved, and
-its saved outputs checked; its kernel is shut down after it, and nothing it started may be
-left. Screenshots land in build/test-artifacts/browser/.
+others have SMOKE = True, to keep CI short, and conftest's RUN_ONCE_PARAMETERS, with the
+reference solutions of their exercises (the notebooks' own tests take these runs instead of
+running them again; make verify runs them unsolved), and notebook 04's copy starts its
+TensorBoard (OPEN_TENSORBOARD = True). Every notebook is opened, run with Run All
+to its end, saved, and its saved outputs checked as papermill's are (no error, no cell over
+40 lines, the figure check in its kernel, the claims); its kernel is shut down after it, and
+nothing it started may be left. Screenshots land in build/test-artifacts/browser/.
 
 A subset while developing: ``pytest tests/test_browser.py -k "03 or interrupt"``.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import shutil
@@ -25,7 +29,19 @@ from pathlib import Path
 import nbformat
 import pytest
 from browser_kit import ARTIFACTS, Lab, artifacts_dir, launch_browser, processes_in, sync_playwright
-from conftest import NOTEBOOKS, ROOT, assert_claims_contract, processes_with
+from conftest import (
+    BROWSER_RUNS,
+    NOTEBOOKS,
+    ROOT,
+    RUN_ONCE_PARAMETERS,
+    BrowserRun,
+    assert_claims_contract,
+    assert_figures_checked,
+    assert_output_sizes,
+    figure_check_profile,
+    kernel_environment,
+    processes_with,
+)
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parent / "browser"
@@ -42,12 +58,14 @@ def calculator_notebooks() -> list[Path]:
                    if c.cell_type == "code")]  # fmt: skip
 
 
-def smoke(notebook: Path) -> None:
-    """Set SMOKE = True in the parameters cell of this (served, copied) notebook."""
+def set_parameters(notebook: Path, values: dict) -> None:
+    """Give the parameters cell of this (served, copied) notebook these values."""
     nb = nbformat.read(notebook, as_version=4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    cell.source, n = re.subn(r"^SMOKE = False\b", "SMOKE = True", cell.source, flags=re.M)
-    assert n == 1, f"{notebook.name}: no 'SMOKE = False' line in its parameters cell"
+    for name, value in values.items():
+        cell.source, n = re.subn(rf"^{name} = [^#\n]*?(?=\s*#|$)", f"{name} = {value!r}",
+                                 cell.source, flags=re.M)  # fmt: skip
+        assert n == 1, f"{notebook.name}: no single '{name} = ...' line in its parameters cell"
     nbformat.write(nb, notebook)
 
 
@@ -64,17 +82,24 @@ def open_tensorboard(notebook: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, slurm_cluster):
     served = tmp_path_factory.mktemp("course")
     shutil.copytree(ROOT / "notebooks", served / "notebooks")
     for nb in (served / "notebooks").glob("[0-9][0-9]_*.ipynb"):
         if not nb.name.startswith("00_"):  # 00 as committed; the others at SMOKE sizes
-            smoke(nb)
+            set_parameters(nb, {"SMOKE": True, **RUN_ONCE_PARAMETERS.get(nb.name[:2], {})})
         if nb.name.startswith("04_"):
             open_tensorboard(nb)
     shutil.copytree(ROOT / "launchers", served / "launchers")
     shutil.copytree(FIXTURES, served / "fixtures")
-    server = Lab(served, tmp_path_factory.mktemp("jupyter"))
+    scratch = tmp_path_factory.mktemp("jupyter")
+    figure_log = scratch / "figure-check.jsonl"  # the kernels' figure check (as papermill's)
+    server = Lab(served, scratch, env={
+        "IPYTHONDIR": str(figure_check_profile(scratch)), "COURSEKIT_FIGURE_LOG": str(figure_log),
+        "COURSE_SOLUTIONS": "1",  # the exercises solved: the notebooks' own tests take these runs
+        "COURSE_SLURM_DIR": str(slurm_cluster.state),  # notebook 09's Slurm: the tests' cluster
+    })  # fmt: skip
+    server.figure_log = figure_log
     yield server
     server.stop()
     kernels, runs = processes_with(str(server.runtime_dir)), processes_in(served)
@@ -110,6 +135,7 @@ def shots():
 def kernels_shut_down_after_each_test(lab):
     """One notebook at a time: its kernel is shut down after it, and nothing it started
     (torchrun, workers, a TensorBoard) outlives that kernel."""
+    lab.figure_log.unlink(missing_ok=True)  # the next kernel arms the figure check anew
     yield
     lab.shutdown_kernels()
     left = [] if wait_for(lambda: not lab.course_processes(), 20) else lab.course_processes()
@@ -162,15 +188,20 @@ RUNNING_BAR_JS = """panel => {
 NEWS = re.compile(r"Jupyter news", re.I)
 
 
-def saved_since(lab: Lab, path: str, before: str) -> bool:
-    """The notebook on disk is newer than ``before``. While the server writes it, reading it
-    can answer 400 (an unreadable notebook, half written): not saved yet, ask again."""
+def saved_copy(file: Path, before: float, errors: list):
+    """The notebook as saved, once ``file`` is newer than ``before``; None until then. Read
+    from the disk, not through the server: a GET of a notebook the server is still writing
+    finds it invalid and makes the server restore its backup over the file being written
+    (jupyter_server's _read_notebook with atomic writing), which loses the save. A read
+    while the file is written finds half a notebook: not saved yet, so a copy counts only
+    when the file did not change while it was read. Such reads go to ``errors``."""
     try:
-        return lab.api(f"contents/{path}")["last_modified"] != before
-    except urllib.error.HTTPError as error:
-        if error.code == 400:
-            return False
-        raise
+        stamp = file.stat().st_mtime
+        nb = nbformat.read(file, as_version=4)
+    except (OSError, ValueError) as error:  # nbformat's NotJSONError is a ValueError
+        errors.append(type(error).__name__)
+        return None
+    return nb if stamp != before and file.stat().st_mtime == stamp else None
 
 
 def run_to_the_end(page, lab: Lab, path: str, watch=None) -> nbformat.NotebookNode:
@@ -191,12 +222,15 @@ def run_to_the_end(page, lab: Lab, path: str, watch=None) -> nbformat.NotebookNo
         quiet = quiet + 1 if started and not any("*" in p for p in prompts) and idle.count() else 0
         time.sleep(1)
     print(f"\n{path}: Run All took {time.monotonic() - start:.0f} s in the browser")
-    before = lab.api(f"contents/{path}", method="GET")["last_modified"]
+    file = lab.root / path
+    before = file.stat().st_mtime
     page.locator(f"{PANEL} .jp-NotebookPanel-toolbar [data-command='docmanager:save']").click()
-    assert wait_for(lambda: saved_since(lab, path, before), 30), (
-        f"{path}: saving it from the toolbar changed nothing on disk")
-    content = lab.api(f"contents/{path}")["content"]
-    nb = nbformat.reads(json.dumps(content), as_version=4)
+    errors = []
+    nb = wait_for(lambda: saved_copy(file, before, errors), 30)
+    answers = ", ".join(f"{n} x {e}" for e, n in collections.Counter(errors).items())
+    assert nb, (f"{path}: saving it from the toolbar left no readable newer copy on disk in "
+                f"30 s (reads: {answers or 'no error'}); JupyterLab's log ends:\n"
+                + Path(lab.log.name).read_text()[-3000:])  # fmt: skip
     if any(c.cell_type == "code" and c.source.strip() and c.execution_count is None
            for c in nb.cells):  # fmt: skip
         page.screenshot(path=ARTIFACTS / "browser" / f"{Path(path).stem}_stopped.png")
@@ -225,33 +259,46 @@ def assert_no_news_question(page) -> None:
     assert not asked, f"JupyterLab asked about Jupyter news: {asked}"
 
 
-def finish(page, lab: Lab, path: str, shots: Path) -> dict:
-    """Screenshot the end of the notebook; check the news toast and the results file."""
+def finish(page, lab: Lab, path: str, shots: Path, nb: nbformat.NotebookNode,
+           run_dir: Path) -> dict:
+    """Screenshot the end of the notebook; check the news toast, what its cells showed (as
+    papermill's runs are checked: lengths, figures) and the results file. Keep what it
+    wrote in ``run_dir``: a notebook's own test takes this run (conftest's BROWSER_RUNS)."""
     page.locator(f"{PANEL} .jp-Cell").last.scroll_into_view_if_needed()
     page.screenshot(path=shots / f"{Path(path).stem}.png")
     assert_no_news_question(page)
-    results = json.loads((lab.root / "build" / "results" / f"{Path(path).stem}.json").read_text())
+    notebook = lab.root / path
+    assert_output_sizes(notebook, nb)
+    assert_figures_checked(notebook, nb, lab.figure_log)
+    written = lab.root / "build" / "results"
+    results = json.loads((written / f"{notebook.stem}.json").read_text())
     assert_claims_contract(results)
+    for entry in written.glob(f"{notebook.name[:3]}*"):  # 06_dp_....json, 06_plots/, ...
+        copy = shutil.copytree if entry.is_dir() else shutil.copy2
+        copy(entry, run_dir / entry.name)
+    BROWSER_RUNS[notebook.name[:2]] = BrowserRun(run_dir, kernel_environment(notebook, lab.env))
     return results
 
 
 @pytest.mark.parametrize("notebook", [nb for nb in NOTEBOOKS if not nb.name.startswith(OWN_TEST)],
                          ids=lambda p: p.stem)  # fmt: skip
-def test_every_notebook_runs_to_the_end_in_the_browser(lab, page, shots, notebook):
+def test_every_notebook_runs_to_the_end_in_the_browser(lab, page, shots, notebook, tmp_path):
     path = f"notebooks/{notebook.name}"
-    assert_ran_cleanly(run_to_the_end(page, lab, path), path)
-    finish(page, lab, path, shots)
+    nb = run_to_the_end(page, lab, path)
+    assert_ran_cleanly(nb, path)
+    finish(page, lab, path, shots, nb, tmp_path)
 
 
-def test_notebook_00_says_ready_in_the_browser(lab, page, shots):
+def test_notebook_00_says_ready_in_the_browser(lab, page, shots, tmp_path):
     path = "notebooks/00_environment_check.ipynb"
-    assert_ran_cleanly(run_to_the_end(page, lab, path), path)
+    nb = run_to_the_end(page, lab, path)
+    assert_ran_cleanly(nb, path)
     ready = re.compile(r"READY: the course will run on the \S+ tier")
     verdict = outputs(page).filter(has_text=ready)
     verdict.first.scroll_into_view_if_needed()
     page.screenshot(path=shots / "00_verdict.png")
     assert "NOT READY" not in outputs(page).all_inner_texts()[-1]
-    finish(page, lab, path, shots)
+    finish(page, lab, path, shots, nb, tmp_path)
 
 
 def test_a_launcher_run_shows_live_lines_and_progress_while_it_runs(lab, page, shots):
@@ -283,9 +330,10 @@ def test_a_launcher_run_shows_live_lines_and_progress_while_it_runs(lab, page, s
 
 
 @pytest.mark.parametrize("path", ["notebooks/01_why_is_my_second_gpu_idle.ipynb"])
-def test_moving_the_calculator_slider_changes_its_output(lab, page, shots, path):
-    assert_ran_cleanly(run_to_the_end(page, lab, path), path)
-    finish(page, lab, path, shots)
+def test_moving_the_calculator_slider_changes_its_output(lab, page, shots, path, tmp_path):
+    nb = run_to_the_end(page, lab, path)
+    assert_ran_cleanly(nb, path)
+    finish(page, lab, path, shots, nb, tmp_path)
     panel = page.locator(PANEL)
     calculator = panel.locator(".widget-interact").first
     handle = calculator.locator(".noUi-handle").first
@@ -345,7 +393,7 @@ def loss_tags(base: str) -> list:
     return [(run, tag) for run, run_tags in tags.items() for tag in run_tags if "loss" in tag]
 
 
-def test_notebook_04_shows_live_progress_and_its_tensorboard(lab, page, shots):
+def test_notebook_04_shows_live_progress_and_its_tensorboard(lab, page, shots, tmp_path):
     """A progress bar widget while a launch runs; the TensorBoard the notebook starts serves
     the run's scalars, and its page shows the loss curve."""
     path = "notebooks/04_a_real_ddp_training_loop.ipynb"
@@ -359,7 +407,7 @@ def test_notebook_04_shows_live_progress_and_its_tensorboard(lab, page, shots):
 
     nb = run_to_the_end(page, lab, path, watch=watch)
     assert_ran_cleanly(nb, path)
-    finish(page, lab, path, shots)
+    finish(page, lab, path, shots, nb, tmp_path)
 
     base = tensorboard_url(nb)
     losses = wait_for(lambda: loss_tags(base), timeout=90, interval=2)

@@ -79,7 +79,7 @@ def claim_with(results, condition):
 
 
 @pytest.mark.slow
-# 2 ranks: the browser test (SMOKE) and make verify (full size) run every notebook so
+# 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [3])
 def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     """What every run must show; the timings' outcomes (fit quality, prediction error, ring

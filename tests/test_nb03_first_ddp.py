@@ -4,7 +4,7 @@ import pytest
 from conftest import execute_notebook
 
 
-# 2 ranks: the browser test (SMOKE) and make verify (full size) run every notebook so
+# 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [1, 3])
 def test_first_ddp_run(nproc, tmp_path):
     results = execute_notebook("03", tmp_path, NPROC=nproc)

@@ -5,7 +5,7 @@ from conftest import execute_notebook
 
 
 @pytest.mark.slow
-# 2 ranks: the browser test (SMOKE) and make verify (full size) run every notebook so
+# 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [3])
 def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path):
     r = execute_notebook("05", tmp_path, NPROC=nproc)

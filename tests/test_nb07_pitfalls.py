@@ -30,7 +30,7 @@ def assert_every_pitfall(r):
 
 
 @pytest.mark.slow
-# 2 ranks: the browser test (SMOKE) and make verify (full size) run every notebook so
+# 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [3])
 def test_every_pitfall_reproduced_and_fixed(nproc, tmp_path):
     r = execute_notebook("07", tmp_path, NPROC=nproc)
