@@ -222,6 +222,18 @@ def setup(tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def environment_restored():
+    """Each test gets the environment the last one started with: importing a launcher as a
+    module (its module-level os.environ.setdefault, such as ddp_bench's OMP_WAIT_POLICY)
+    must not reach the kernels and runs of the tests after it (nor make a browser run's
+    environment look different from the test that would take it: BROWSER_RUNS)."""
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
 def leaves_no_torchelastic_dirs():
     before = torchelastic_dirs()
     yield
