@@ -199,6 +199,7 @@ def processes_with(token: str) -> list[psutil.Process]:
 SCRATCH = Path(tempfile.mkdtemp(prefix="course-tests-"))
 os.environ["TMPDIR"] = str(SCRATCH)
 tempfile.tempdir = None  # re-read TMPDIR
+SESSION_ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
 def torchelastic_dirs() -> set[str]:
@@ -223,14 +224,17 @@ def setup(tmp_path):
 
 @pytest.fixture(autouse=True)
 def environment_restored():
-    """Each test gets the environment the last one started with: importing a launcher as a
-    module (its module-level os.environ.setdefault, such as ddp_bench's OMP_WAIT_POLICY)
-    must not reach the kernels and runs of the tests after it (nor make a browser run's
-    environment look different from the test that would take it: BROWSER_RUNS)."""
-    before = dict(os.environ)
+    """Each test ends with the environment the session started with: importing a launcher
+    as a module (its module-level os.environ.setdefault, such as ddp_bench's
+    OMP_WAIT_POLICY, in a module-scoped fixture that runs before any test's own snapshot)
+    must not reach the kernels and runs of the tests after it, nor make a browser run's
+    environment look different from the test that would take it (BROWSER_RUNS)."""
     yield
+    current_test = os.environ.get("PYTEST_CURRENT_TEST")  # pytest's own; it pops it later
     os.environ.clear()
-    os.environ.update(before)
+    os.environ.update(SESSION_ENVIRONMENT)
+    if current_test is not None:
+        os.environ["PYTEST_CURRENT_TEST"] = current_test
 
 
 @pytest.fixture(autouse=True)
