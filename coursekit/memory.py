@@ -172,7 +172,7 @@ def ddp_memory(
 
 
 # ---------------------------------------------------------------------------------------
-# Notebook 10: sharding the state (ZeRO stages 1, 2 and 3) - the same bytes, divided differently.
+# Notebook 11: sharding the state (ZeRO stages 1, 2 and 3) - the same bytes, divided differently.
 
 # ddp; zero (ZeroRedundancyOptimizer: ZeRO stage 1); zero2 (ZeRO stage 2: gradients sharded
 # too; FSDP2's fully_shard(..., reshard_after_forward=False), FSDP1's SHARD_GRAD_OP);

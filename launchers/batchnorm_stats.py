@@ -1,4 +1,4 @@
-"""Notebook 08 §2, BatchNorm: each rank normalises with its own batch statistics.
+"""Notebook 09 §2, BatchNorm: each rank normalises with its own batch statistics.
 
     torchrun --nproc-per-node 2 launchers/batchnorm_stats.py
 

@@ -1,4 +1,4 @@
-"""Notebook 07 §2 (BROKEN ON PURPOSE): mismatched raw collectives, and how to make them speak.
+"""Notebook 08 §2 (BROKEN ON PURPOSE): mismatched raw collectives, and how to make them speak.
 
     TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --nproc-per-node 2 launchers/collective_mismatch.py
     torchrun --nproc-per-node 2 launchers/collective_mismatch.py --case skip

@@ -1,4 +1,4 @@
-"""Notebook 07 §2, the silent desync (BROKEN ON PURPOSE): one rank skips a bad batch alone.
+"""Notebook 08 §2, the silent desync (BROKEN ON PURPOSE): one rank skips a bad batch alone.
 
     torchrun --nproc-per-node 2 launchers/pitfall_desync.py --bad-step 2 --pg-timeout 5
 

@@ -1,4 +1,4 @@
-"""Notebook 07 §2, the silent desync, fixed: the ranks agree on skipping a bad batch.
+"""Notebook 08 §2, the silent desync, fixed: the ranks agree on skipping a bad batch.
 
     torchrun --nproc-per-node 2 launchers/pitfall_desync_fixed.py --bad-step 2
 

@@ -1,4 +1,4 @@
-"""Notebook 07 §1, the hang (BROKEN ON PURPOSE): a barrier that only rank 0 reaches.
+"""Notebook 08 §1, the hang (BROKEN ON PURPOSE): a barrier that only rank 0 reaches.
 
     torchrun --nproc-per-node 2 launchers/pitfall_hang.py --pg-timeout 5 --watchdog 2
 

@@ -1,4 +1,4 @@
-"""Notebook 07 §1, the hang, fixed: every rank reaches the checkpoint barrier.
+"""Notebook 08 §1, the hang, fixed: every rank reaches the checkpoint barrier.
 
     torchrun --nproc-per-node 2 launchers/pitfall_hang_fixed.py
 

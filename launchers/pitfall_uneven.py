@@ -1,4 +1,4 @@
-"""Notebook 08 §4, uneven inputs (BROKEN ON PURPOSE): ranks with different numbers of batches.
+"""Notebook 09 §4, uneven inputs (BROKEN ON PURPOSE): ranks with different numbers of batches.
 
     torchrun --nproc-per-node 2 launchers/pitfall_uneven.py --pg-timeout 5
 

@@ -1,4 +1,4 @@
-"""Notebook 08 §4, uneven inputs, fixed with the Join context manager.
+"""Notebook 09 §4, uneven inputs, fixed with the Join context manager.
 
     torchrun --nproc-per-node 2 launchers/pitfall_uneven_fixed.py
 

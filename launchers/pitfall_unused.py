@@ -1,4 +1,4 @@
-"""Notebook 08 §1, unused parameters (BROKEN ON PURPOSE): a branch used every other step.
+"""Notebook 09 §1, unused parameters (BROKEN ON PURPOSE): a branch used every other step.
 
     torchrun --nproc-per-node 2 launchers/pitfall_unused.py
 

@@ -1,4 +1,4 @@
-"""Notebook 08 §1, unused parameters, fixed two ways, timed side by side.
+"""Notebook 09 §1, unused parameters, fixed two ways, timed side by side.
 
     torchrun --nproc-per-node 2 launchers/pitfall_unused_fixed.py
 

@@ -1,4 +1,4 @@
-"""Exercise (notebook 08): this training script has TWO planted bugs. Find and fix them.
+"""Exercise (notebook 09): this training script has TWO planted bugs. Find and fix them.
 
     torchrun --nproc-per-node 2 launchers/pitfalls_exercise.py --pg-timeout 10
 

@@ -1,4 +1,4 @@
-"""Notebook 07 §3, printing: every rank prints; where do the lines end up?
+"""Notebook 08 §3, printing: every rank prints; where do the lines end up?
 
     torchrun --nproc-per-node 2 launchers/print_ranks.py
 

@@ -1,4 +1,4 @@
-"""Notebook 08 §3, fixed: set_epoch every epoch, and an evaluation split without padding.
+"""Notebook 09 §3, fixed: set_epoch every epoch, and an evaluation split without padding.
 
     torchrun --nproc-per-node 2 launchers/sampler_fixed.py
 

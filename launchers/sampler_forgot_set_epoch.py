@@ -1,4 +1,4 @@
-"""Notebook 08 §3 (a wrong number, not a crash): no set_epoch, and a dataset that does not divide.
+"""Notebook 09 §3 (a wrong number, not a crash): no set_epoch, and a dataset that does not divide.
 
     torchrun --nproc-per-node 2 launchers/sampler_forgot_set_epoch.py
 

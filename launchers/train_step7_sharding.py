@@ -1,4 +1,4 @@
-"""Beyond DDP (notebook 10): the same training, with the state sharded across ranks.
+"""Beyond DDP (notebook 11): the same training, with the state sharded across ranks.
 
     torchrun --nproc-per-node 2 launchers/train_step7_sharding.py --strategy fsdp
 

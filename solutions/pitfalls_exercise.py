@@ -1,4 +1,4 @@
-"""Reference solution of notebook 08's exercise: both planted bugs fixed.
+"""Reference solution of notebook 09's exercise: both planted bugs fixed.
 
     torchrun --nproc-per-node 2 solutions/pitfalls_exercise.py --pg-timeout 10
 

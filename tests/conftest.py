@@ -119,13 +119,13 @@ def _first_line(source: str) -> str:
 # for the same parameters and environment. Its other ranks: its own test and make verify
 # (which also runs the exercises unsolved, as attendees meet them).
 RUN_ONCE_PARAMETERS = {"01": {}, "02": {"NPROC": 3}, "03": {"NPROC": 3}, "04": {"NPROC": 2},
-                       "05": {"NPROC": 3}, "06": {"NPROC": 2}, "07": {"NPROC": 3},
-                       "08": {"NPROC": 2}, "09": {}, "10": {"NPROC": 3}}  # fmt: skip
+                       "05": {"NPROC": 3}, "06": {"NPROC": 2}, "07": {}, "08": {"NPROC": 3},
+                       "09": {"NPROC": 2}, "10": {}, "11": {"NPROC": 3}}  # fmt: skip
 # what a kernel inherits that changes what a notebook does, besides its parameters; the
 # course's own variables only where a notebook uses them (its text holds the marker)
 KERNEL_ENVIRONMENT = ("ATEN_", "OMP_", "CUDA_", "TORCH")
 COURSE_VARIABLES = {"COURSE_SOLUTIONS": "coursekit.check_answer(",  # its exercises' answers
-                    "COURSE_SLURM_DIR": "COURSE_SLURM_DIR"}  # notebook 09's Slurm  # fmt: skip
+                    "COURSE_SLURM_DIR": "COURSE_SLURM_DIR"}  # notebook 10's Slurm  # fmt: skip
 
 
 @dataclass
@@ -167,6 +167,13 @@ def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
         assert results["nproc"] == parameters["NPROC"]
     assert_claims_contract(results)
     return results
+
+
+def claim_with(results, condition):
+    """The one claim of the results file made on ``condition``."""
+    found = [c for c in results["claims"] if c["condition"] == condition]
+    assert len(found) == 1, f"claims on {condition!r}: {found}"
+    return found[0]
 
 
 def assert_claims_contract(results: dict) -> None:

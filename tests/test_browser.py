@@ -97,7 +97,7 @@ def lab(tmp_path_factory, slurm_cluster):
     server = Lab(served, scratch, env={
         "IPYTHONDIR": str(figure_check_profile(scratch)), "COURSEKIT_FIGURE_LOG": str(figure_log),
         "COURSE_SOLUTIONS": "1",  # the exercises solved: the notebooks' own tests take these runs
-        "COURSE_SLURM_DIR": str(slurm_cluster.state),  # notebook 09's Slurm: the tests' cluster
+        "COURSE_SLURM_DIR": str(slurm_cluster.state),  # notebook 10's Slurm: the tests' cluster
     })  # fmt: skip
     server.figure_log = figure_log
     yield server

@@ -16,6 +16,9 @@ LAUNCHERS = ROOT / "launchers"
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
 # modules a notebook writes and imports (notebook 01's spawned GIL workers), not launchers
 IMPORTED_BY_NOTEBOOKS = {"gil_work.py", "dp_lab.py"}  # modules notebook 01 imports
+# notebook 07's exercises: the DDP wrappers the learner writes, loaded by check_my_ddp.py
+EXERCISE_WRAPPERS = {"my_ddp_naive.py", "my_ddp_overlapped.py", "my_ddp_bucketed.py"}
+SOLUTIONS = ROOT / "solutions"
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
 TRAIN_QUICK = ["--train-size", "256", "--test-size", "128", "--epochs", "1"]
 QUICK_ARGS = {
@@ -29,7 +32,7 @@ QUICK_ARGS = {
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],
-    # notebook 07's fixed launchers (their defaults are already small)
+    # notebook 08's fixed launchers (their defaults are already small)
     "pitfall_hang_fixed.py": ["--steps", "4", "--checkpoint-every", "2"],
     "pitfall_desync_fixed.py": ["--steps", "4", "--bad-step", "1"],
     "pitfall_unused_fixed.py": ["--steps", "4"],
@@ -38,6 +41,14 @@ QUICK_ARGS = {
     "sampler_forgot_set_epoch.py": ["--size", "11"],
     "sampler_fixed.py": ["--size", "11"],
     "print_ranks.py": ["--lines", "5"],
+    # the learner's unfinished wrappers: the checker reports what they raised, and runs on
+    "check_my_ddp.py": [a for step, cls in [("naive", "NaiveDDP"), ("bucketed", "BucketedDDP")]
+                        for a in ("--impl", f"{LAUNCHERS / f'my_ddp_{step}.py'}:{cls}")],
+    "my_ddp_bench.py": ["--naive", SOLUTIONS / "ddp_naive.py",
+                        "--overlapped", SOLUTIONS / "ddp_overlapped.py",
+                        "--bucketed", SOLUTIONS / "ddp_bucketed.py",
+                        "--layers", "4", "--width", "32", "--rounds", "1", "--steps", "1",
+                        "--bucket-mb", "0.01,1"],
     "ddp_bench.py": ["--rounds", "1", "--target-s", "0.01", "--width", "32", "--batch", "4",
                      "--sweep-width", "32", "--sweep-batches", "2,8", "--bucket-caps", "1,25",
                      "--bucket-batch", "2", "--layers", "4"],
@@ -64,7 +75,7 @@ def writefile_cells() -> dict[Path, tuple[str, str]]:
 
 
 def torchrun_launchers() -> list[Path]:
-    skipped = SELF_SPAWNING | BROKEN_ON_PURPOSE | IMPORTED_BY_NOTEBOOKS
+    skipped = SELF_SPAWNING | BROKEN_ON_PURPOSE | IMPORTED_BY_NOTEBOOKS | EXERCISE_WRAPPERS
     return sorted(p for p in LAUNCHERS.glob("*.py") if p.name not in skipped)
 
 
@@ -78,7 +89,7 @@ def test_every_launcher_equals_its_writefile_cell():
 
 
 # notebooks whose own tests execute them with NPROC=3 (their launchers run at 3 ranks there)
-RUN_AT_3_BY_THEIR_NOTEBOOK_TEST = {"01", "02", "03", "04", "05", "07", "08", "10"}
+RUN_AT_3_BY_THEIR_NOTEBOOK_TEST = {"01", "02", "03", "04", "05", "07", "08", "09", "11"}
 
 
 def launcher_rank_counts() -> list[tuple[Path, int]]:

@@ -1,4 +1,4 @@
-"""The sharding calculator of notebook 10 (coursekit.memory), as pure functions."""
+"""The sharding calculator of notebook 11 (coursekit.memory), as pure functions."""
 
 import pytest
 

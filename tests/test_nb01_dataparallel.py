@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import execute_notebook
+from conftest import claim_with, execute_notebook
 
 from coursekit import memory
 
@@ -21,13 +21,6 @@ def reference_run(tmp_path_factory):
 
 def ks(results):
     return [int(k) for k in results["ks"].split(",")]
-
-
-def claim_with(results, condition):
-    """The one claim of the results file made on ``condition``."""
-    found = [c for c in results["claims"] if c["condition"] == condition]
-    assert len(found) == 1, f"claims on {condition!r}: {found}"
-    return found[0]
 
 
 def test_device0_holds_more_than_every_other_device_and_more_so_with_k(reference_run):

@@ -4,7 +4,7 @@ import ast
 import shutil
 
 import pytest
-from conftest import ROOT, execute_notebook
+from conftest import ROOT, claim_with, execute_notebook
 
 import coursekit
 
@@ -69,13 +69,6 @@ def test_ring_check_accepts_the_reference_and_rejects_wrong_rings(script, passes
     assert run.metrics["all_passed"] is passes
     # one rank alone has nothing to exchange: every ring, right or wrong, passes there
     assert all(c["ok"] for c in cases if c["world_size"] == 1)
-
-
-def claim_with(results, condition):
-    """The one claim of the results file made on ``condition``."""
-    found = [c for c in results["claims"] if c["condition"] == condition]
-    assert len(found) == 1, f"claims on {condition!r}: {found}"
-    return found[0]
 
 
 @pytest.mark.slow

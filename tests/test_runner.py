@@ -265,7 +265,7 @@ def test_bad_parameters_name_the_parameter(kwargs, parameter):
 
 
 def test_a_lesson_between_ranks_gets_two_ranks_and_says_why():
-    """Notebooks 02, 06, 07 and 10 ask for min_nproc=2: one rank (NPROC=1 here, one GPU elsewhere)
+    """Notebooks 02, 06, 08 and 11 ask for min_nproc=2: one rank (NPROC=1 here, one GPU elsewhere)
     becomes two ranks on the CPU tier, and the printed setup explains it."""
     plain = coursekit.configure(DEVICE="cpu", NPROC=1, quiet=True)
     assert (plain.nproc, plain.note) == (1, "")

@@ -1,4 +1,4 @@
-"""A WRONG solution of notebook 08's exercise (for the tests): only the hang is fixed.
+"""A WRONG solution of notebook 09's exercise (for the tests): only the hang is fixed.
 
     torchrun --nproc-per-node 2 solutions/pitfalls_exercise.py --pg-timeout 10
 

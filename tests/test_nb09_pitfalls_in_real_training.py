@@ -1,4 +1,4 @@
-"""Notebook 08 (pitfalls in real training): every pitfall reproduced (its error text
+"""Notebook 09 (pitfalls in real training): every pitfall reproduced (its error text
 matched), every fix green, the exercise's check accepting the reference and rejecting a
 wrong answer, no process left."""
 
@@ -55,7 +55,7 @@ def test_the_batchnorm_fix_holds_with_every_cpu_kernel(capability, threads, setu
 @pytest.mark.slow
 def test_reference_solution_two_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it
-    r = execute_notebook("08", tmp_path, NPROC=2)
+    r = execute_notebook("09", tmp_path, NPROC=2)
     assert_every_pitfall(r)
     assert r["exercise_passed"] is True
     assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
@@ -64,7 +64,7 @@ def test_reference_solution_two_ranks(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_wrong_solution_three_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
-    r = execute_notebook("08", tmp_path, NPROC=3)
+    r = execute_notebook("09", tmp_path, NPROC=3)
     assert_every_pitfall(r)
     assert r["exercise_passed"] is False
     assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"

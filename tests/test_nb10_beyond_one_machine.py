@@ -1,4 +1,4 @@
-"""Notebook 09: two nodes, rendezvous failures, kill + restart + resume, elastic, Slurm, k8s."""
+"""Notebook 10: two nodes, rendezvous failures, kill + restart + resume, elastic, Slurm, k8s."""
 
 import socket
 
@@ -10,7 +10,7 @@ import coursekit
 
 def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     monkeypatch.setenv("COURSE_SLURM_DIR", str(slurm_cluster.state))  # the notebook's Slurm
-    results = execute_notebook("09", tmp_path)
+    results = execute_notebook("10", tmp_path)
     # two nodes (one rank each in SMOKE) form one job
     assert results["nodes"] == 2
     assert results["two_node_world_size"] == 2 * results["ranks_per_node"]

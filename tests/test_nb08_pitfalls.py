@@ -1,5 +1,5 @@
-"""Notebook 07 (hangs and desyncs): every pitfall reproduced (its error text matched), every
-fix green, no process left. The facts both pitfall notebooks (07, 08) teach are checked
+"""Notebook 08 (hangs and desyncs): every pitfall reproduced (its error text matched), every
+fix green, no process left. The facts both pitfall notebooks (08, 09) teach are checked
 against the installed torch here."""
 
 import json
@@ -33,7 +33,7 @@ def assert_every_pitfall(r):
 # 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [3])
 def test_every_pitfall_reproduced_and_fixed(nproc, tmp_path):
-    r = execute_notebook("07", tmp_path, NPROC=nproc)
+    r = execute_notebook("08", tmp_path, NPROC=nproc)
     assert_every_pitfall(r)
     assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
 
@@ -46,7 +46,7 @@ def markdown(*stems: str) -> str:
 
 def test_the_facts_the_notebooks_teach_are_this_torchs():
     """Timeouts, Join's divisor, SyncBatchNorm's collective, static_graph and the flight
-    recorder's variables, as notebooks 07 and 08 state them, checked against the installed
+    recorder's variables, as notebooks 08 and 09 state them, checked against the installed
     torch."""
     import inspect
     from datetime import timedelta
@@ -73,10 +73,10 @@ def test_the_facts_the_notebooks_teach_are_this_torchs():
     # torchrun's agent turns on NCCL's async error handling (the watchdog ends the process)
     assert '"TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv(' in inspect.getsource(local_elastic_agent)
     # and the notebooks say so, not the old "10 minutes (the default)"
-    for stem in ("07_pitfalls_and_debugging", "08_pitfalls_in_real_training"):
+    for stem in ("08_pitfalls_and_debugging", "09_pitfalls_in_real_training"):
         assert "30 minutes with gloo and 10 with NCCL" in markdown(stem), stem
-    real = markdown("08_pitfalls_in_real_training")
+    real = markdown("09_pitfalls_in_real_training")
     assert "divide_by_initial_world_size=True" in real and "all-gathers" in real
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in real and "static_graph=True" in real
-    both = markdown("07_pitfalls_and_debugging", "08_pitfalls_in_real_training")
+    both = markdown("08_pitfalls_and_debugging", "09_pitfalls_in_real_training")
     assert "10 minutes (the default" not in both

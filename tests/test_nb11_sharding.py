@@ -1,4 +1,4 @@
-"""Notebook 10: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
+"""Notebook 11: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
 
 Also under ATEN_CPU_CAPABILITY=default and avx2, and with 1 and 2 threads per rank (torchrun's
 ranks inherit both): the float64 comparison must hold whatever kernels the CPU runs."""
@@ -14,7 +14,7 @@ import coursekit
 # 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [3])
 def test_sharding_notebook(nproc, tmp_path):
-    r = execute_notebook("10", tmp_path, NPROC=nproc)
+    r = execute_notebook("11", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc and r["backend"] == "gloo"
     # DDP: every rank holds the same whole state, and the calculator predicts it
     ddp_opt = r["ddp_optimizer_bytes_rank0"]

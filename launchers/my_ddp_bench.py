@@ -1,0 +1,171 @@
+"""Your three DDPs and torch's, measured side by side: step time, calls per step, overlap.
+
+    torchrun --nproc-per-node 2 launchers/my_ddp_bench.py --naive launchers/my_ddp_naive.py \
+        --overlapped launchers/my_ddp_overlapped.py --bucketed launchers/my_ddp_bucketed.py
+
+One model of many tensors (--layers x Linear(--width, --width)): each variant trains its own
+copy. The step times come from notebook 06's bench (ddp_bench.timed_rounds): every round
+runs every variant once, in turn, so that a busy machine slows them all alike; a step takes
+its slowest rank's time; the median over --rounds rounds is kept. Then one step of the
+fastest bucketed version that makes several buckets and DDP run single steps under
+torch.profiler (rank 0): the share of the all-reduce time that ran inside backward (the median
+of 5 steps), and the bucketed step's timeline.
+"""
+
+import argparse
+import copy
+import importlib.util
+import json
+import os
+import statistics
+import sys
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from ddp_bench import Trainer, buckets_made, overlap, profile_events, sync, timed_rounds
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
+    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
+def wrapper_class(path, name):
+    spec = importlib.util.spec_from_file_location(f"impl_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def finish(model):
+    model.finish_gradient_synchronization()  # your wrappers: the all-reduces complete here
+
+
+def all_reduce_calls(trainer):
+    """dist.all_reduce calls in one step of a home-made wrapper (counted, not timed)."""
+    calls, original = [], dist.all_reduce
+    dist.all_reduce = lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)
+    try:
+        trainer.step()
+    finally:
+        dist.all_reduce = original
+    return len(calls)
+
+
+@contextmanager
+def kineto_quiet():
+    """Kineto prints two USDT lines to stderr per profile, whatever KINETO_LOG_LEVEL says."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def profiled(trainer, device, repeats=5):
+    """One step under torch.profiler, `repeats` times: (the timeline of the median one, its
+    share of all-reduce time inside backward, what was timed). One step alone is noisy: a
+    backend thread's time includes its wait for the other ranks."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    runs = []
+    for _ in range(repeats):
+        sync(device)
+        dist.barrier()
+        with kineto_quiet(), torch.profiler.profile(activities=activities) as prof:
+            with torch.profiler.record_function("ddp_step"):
+                trainer.step()
+                sync(device)
+        events = profile_events(prof.events())
+        runs.append((events, *overlap(events)))
+    return sorted(runs, key=lambda run: run[1])[repeats // 2]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--naive", required=True, help="the file of NaiveDDP")
+    parser.add_argument("--overlapped", required=True, help="the file of OverlappedDDP")
+    parser.add_argument("--bucketed", required=True, help="the file of BucketedDDP")
+    parser.add_argument("--bucket-mb", default="0.5,2,8,25", help="bucket sizes for BucketedDDP")
+    parser.add_argument("--layers", type=int, default=50)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32, help="samples per rank and step")
+    parser.add_argument("--steps", type=int, default=5, help="steps per variant and round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    cpu = dist.new_group(backend="gloo")  # bookkeeping (barriers, slowest rank) on CPU tensors
+
+    torch.manual_seed(0)
+    layers = [nn.Linear(args.width, args.width) for _ in range(args.layers)]
+    base = nn.Sequential(*layers).to(device)
+    sizes = [float(b) for b in args.bucket_mb.split(",")]
+    made = {"naive": wrapper_class(args.naive, "NaiveDDP")(copy.deepcopy(base)),
+            "overlapped": wrapper_class(args.overlapped, "OverlappedDDP")(copy.deepcopy(base))}
+    bucketed = wrapper_class(args.bucketed, "BucketedDDP")
+    made |= {f"bucketed {b:g} MB": bucketed(copy.deepcopy(base), bucket_mb=b) for b in sizes}
+    trainers = {k: Trainer(m, args.batch, args.width, device, finish) for k, m in made.items()}
+    ddp = DDP(copy.deepcopy(base), device_ids=[device.index] if device.type == "cuda" else None)
+    trainers["torch DDP"] = Trainer(ddp, args.batch, args.width, device)
+
+    everyone = set(range(world))
+    if rank == 0:
+        print(f"timing {len(trainers)} variants, {args.rounds} rounds of {args.steps} steps each",
+              flush=True)
+    seconds = timed_rounds({k: (t.step, everyone) for k, t in trainers.items()},
+                           args.steps, args.rounds, device, rank, cpu)
+    median = {k: statistics.median(v) for k, v in seconds.items()}
+    calls = {k: all_reduce_calls(t) for k, t in trainers.items() if k != "torch DDP"}
+    ddp_buckets = buckets_made(ddp)  # DDP makes one all-reduce per bucket
+    calls["torch DDP"] = len(ddp_buckets) if ddp_buckets is not None else None
+    bucketed_names = [k for k in median if k.startswith("bucketed")]
+    best = min(bucketed_names, key=median.get)
+    # the timeline shows buckets under backward: the fastest size that makes several
+    several = [k for k in bucketed_names if calls[k] > 1] or bucketed_names[:1]
+    shown = min(several, key=median.get)
+    if rank == 0:
+        print(f"profiling single steps of {shown} and torch DDP", flush=True)
+    profiles = {name: profiled(trainers[name], device) for name in (shown, "torch DDP")}
+    ranks = [None] * world
+    dist.all_gather_object(ranks, {"rank": rank, "pid": os.getpid(), "device": str(device)})
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({
+                "world_size": world, "backend": backend, "ranks": ranks,
+                "tensors": len(list(base.parameters())),
+                "grad_mb": sum(p.numel() * p.element_size() for p in base.parameters()) / 2**20,
+                "seconds": seconds, "median_s": median, "all_reduce_calls": calls,
+                "ddp_bucket_bytes": ddp_buckets, "best_bucketed": best, "profiled": shown,
+                "overlap": {k: v[1] for k, v in profiles.items()},
+                "overlap_basis": profiles[shown][2], "timeline": profiles[shown][0],
+            }, f)
+    del ddp, trainers  # before destroy_process_group: DDP's destructor needs the group
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
