@@ -40,8 +40,9 @@ def test_training_loop_notebook(nproc, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("capability, nproc, threads", [
     # this machine's own kernels: notebook 05's test runs the proof with them
+    # (None: the runner's default, one core per rank on a 2-core machine, so no separate 1)
     *((cap, n, None) for cap in ("default", "avx2") for n in (1, 2, 3, 4)),
-    *((cap, 2, t) for cap in ("default", "avx2") for t in (1, 2)),
+    *((cap, 2, 2) for cap in ("default", "avx2")),
 ])  # fmt: skip
 def test_the_proof_holds_with_every_cpu_kernel(capability, nproc, threads, setup, monkeypatch):
     """Other CPUs run other kernels (AVX512 on some hosts of this machine kind, AVX2 on
