@@ -249,12 +249,12 @@ def main():
     dist.init_process_group(backend, device_id=DEVICE if backend == "nccl" else None)
     recorder = Recorder()  # before the wrappers' files are loaded, whatever they import
     cases = []
-    for spec in args.impl:  # FILE:CLASS[:overlap]
-        path, name, *flags = spec.split(":")
+    for spec in args.impl:  # FILE:CLASS[:overlap], split from the right (a path may hold ":")
+        path, _, name = spec.removesuffix(":overlap").rpartition(":")
         module_spec = importlib.util.spec_from_file_location(f"impl_{name}", path)
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
-        cls, expects_overlap = getattr(module, name), "overlap" in flags
+        cls, expects_overlap = getattr(module, name), spec.endswith(":overlap")
         takes_buckets = "bucket_mb" in inspect.signature(cls).parameters
         sizes = [float(b) for b in args.bucket_mb.split(",")] if takes_buckets else [None]
         accumulations = [1, args.accumulate] if hasattr(cls, "no_sync") else [1]
