@@ -33,6 +33,7 @@ import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -444,6 +445,20 @@ def overlap(events):
     return (within / total if total else 0.0), basis
 
 
+@contextmanager
+def kineto_quiet():
+    """Kineto prints two USDT lines to stderr per profile, whatever KINETO_LOG_LEVEL says."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def part_profile(args, device, rank, out, cpu):
     """One DDP step under torch.profiler (on a GPU with its CUDA activity: kernels in device
     time); rank 0 keeps the timeline's events and the overlap they show."""
@@ -459,7 +474,7 @@ def part_profile(args, device, rank, out, cpu):
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
+    with kineto_quiet(), torch.profiler.profile(activities=activities) as prof:
         with torch.profiler.record_function("ddp_step"):
             t.step()
             sync(device)

@@ -18,13 +18,19 @@ import importlib.util
 import json
 import os
 import statistics
-import sys
-from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from ddp_bench import Trainer, buckets_made, overlap, profile_events, sync, timed_rounds
+from ddp_bench import (
+    Trainer,
+    buckets_made,
+    kineto_quiet,
+    overlap,
+    profile_events,
+    sync,
+    timed_rounds,
+)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -59,20 +65,6 @@ def all_reduce_calls(trainer):
     finally:
         dist.all_reduce = original
     return len(calls)
-
-
-@contextmanager
-def kineto_quiet():
-    """Kineto prints two USDT lines to stderr per profile, whatever KINETO_LOG_LEVEL says."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def profiled(trainer, device, repeats=5):
