@@ -116,7 +116,8 @@ def test_why_c10d_as_this_torch_does_it():
 
 
 def test_every_manifest_runs_the_course_image_and_launcher():
-    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+    # the GPU cluster's image: the CUDA flavour, as the GPU compose override names it
+    compose = yaml.safe_load((ROOT / "docker" / "compose.gpu.yaml").read_text())
     image = compose["services"]["lab"]["image"]
     for p in MANIFESTS:
         for doc in docs(p.name):
