@@ -9,7 +9,10 @@
 2. Launcher probes: the training script with `--amp bf16 --compile` and, on a GPU,
    `--amp fp16` (a loss that turns NaN is a failure: it did once with torch 2.11 on an H200),
    and an all-reduce between two processes (NCCL where there are 2 GPUs or more).
-3. One JSON summary, build/gpu-check/summary.json: the torch it ran on against the pinned
+3. The course image's CUDA flavour: the CUDA of its base image tag (docker/Dockerfile's
+   CUDA_TAG) against the CUDA of the torch this machine runs, so that the image runs the
+   same build the notebooks were checked with here.
+4. One JSON summary, build/gpu-check/summary.json: the torch it ran on against the pinned
    one, every notebook's status, every probe's figures, and for each failure whether a
    torch other than the pinned one may explain it (an AttributeError, ImportError or
    TypeError from torch itself) or it is a defect of the course.
@@ -47,6 +50,21 @@ def pinned_torch() -> str:
         if line.startswith("torch=="):
             return line.split("==", 1)[1].strip()
     raise SystemExit("requirements.txt pins no torch version")
+
+
+def image_cuda_check(torch_cuda: str | None, torch_matches: bool) -> dict:
+    """docker/Dockerfile's CUDA_TAG (cuda12.8-cudnn9-runtime) against this torch's CUDA."""
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    tag = re.search(r"^ARG CUDA_TAG=cuda(\d+\.\d+)\S*$", text, re.M)
+    check = {"dockerfile_cuda": tag and tag.group(1), "torch_cuda": torch_cuda}
+    if torch_cuda is None or not torch_matches:
+        why = "no CUDA build of torch here" if torch_cuda is None else "not the pinned torch"
+        return {**check, "status": "not checked", "why": why}
+    if check["dockerfile_cuda"] != torch_cuda:
+        return {**check, "status": "failed",
+                "error": f"the image's base has CUDA {check['dockerfile_cuda']}, the pinned "
+                         f"torch here CUDA {torch_cuda}: set ARG CUDA_TAG=cuda{torch_cuda}-..."}
+    return {**check, "status": "passed"}
 
 
 def diagnose(error: str, torch_matches: bool) -> str:
@@ -143,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(status="failed", error=f"all-reduce did not sum to {expected}")
         result["diagnosis"] = diagnose(result.get("error", ""), matches)
 
+    image = image_cuda_check(torch.version.cuda, matches)
     failures = [r["notebook"] for r in rows if r["status"] != "passed"]
+    failures += ["image CUDA tag"] if image["status"] == "failed" else []
     failures += [f"probe {n}" for n, r in probes.items() if r["status"] != "passed"]
     missing = sorted({nb.stem for nb in notebooks} - {r["notebook"] for r in rows})
     failures += [f"{stem} (no result: see its lane's log)" for stem in missing]
@@ -156,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                        "failed_cell": r["failed_cell"],
                        "claims_not_held": [c["text"] for c in r.get("claims_not_held", [])],
                        "diagnosis": diagnose(r["error"], matches)} for r in rows],
-        "probes": probes, "failures": failures, "passed": not failures,
+        "probes": probes, "image_cuda_tag": image, "failures": failures, "passed": not failures,
     }  # fmt: skip
     path = args.build / "summary.json"
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
@@ -165,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in probes.items():
         error = r.get("error", "")[:90]
         print(f"probe {name:<34} {r['status']:<10} {r['seconds']:7.1f} s  {error}")
+    print(f"image CUDA tag {image['dockerfile_cuda']} vs torch CUDA {image['torch_cuda']}: "
+          f"{image['status']} {image.get('why', image.get('error', ''))}")
     print(f"\nsummary: {path}")
     print("all passed" if not failures else "FAILED: " + ", ".join(failures))
     return 0 if not failures else 1

@@ -42,8 +42,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["podman", "podman-compose", "debootstrap"]
 IMAGE_LABEL = "org.opencontainers.image.title=ddp-course"  # docker/Dockerfile's LABEL
-BASE_IMAGE = "localhost/ddp-course-base:bookworm"
-BASE_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
+# what python:3.11-slim-bookworm (the CPU flavour's usual base) has: Python with its venv
+# module and its headers (inductor's C++ includes Python.h), and the CA certificates
+BASE_PACKAGES = ["python3", "python3-venv", "python3-dev", "ca-certificates"]
+BASE_REPOSITORY = "localhost/ddp-course-base"
+BASE_IMAGE = (f"{BASE_REPOSITORY}:bookworm-"
+              f"{hashlib.sha256(' '.join(BASE_PACKAGES).encode()).hexdigest()[:8]}")
 DEBIAN_MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -183,6 +187,17 @@ def make_wheelhouse(d: Path, python_version: str) -> Path:
     return wheels
 
 
+def remove_old_images(d: Path) -> None:
+    """The previous build of the tag (now untagged) and bases made from another package
+    list: their layers that this build does not share would fill the disk run after run."""
+    run(["podman", "image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}"], 300,
+        env=podman_env(d))
+    listed = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                  f"reference={BASE_REPOSITORY}"], 60, env=podman_env(d)).stdout.split()
+    for old in set(listed) - {BASE_IMAGE}:
+        run(["podman", "rmi", old], 120, env=podman_env(d))
+
+
 def build(d: Path) -> dict[str, float]:
     seconds: dict[str, float] = {}
 
@@ -214,9 +229,7 @@ def build(d: Path) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"podman build failed (exit {proc.returncode}); its log: "
                            f"{d / 'build.log'}:\n{(d / 'build.log').read_text()[-2000:]}")
-    # the previous build of the tag, now untagged: its layers that this one does not share
-    run(["podman", "image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}"], 300,
-        env=podman_env(d))
+    remove_old_images(d)
     (d / "timings.json").write_text(json.dumps({"image": tag, "seconds": seconds}, indent=1))
     print(f"built {tag}; seconds: {json.dumps(seconds)}")
     return seconds

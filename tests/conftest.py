@@ -217,6 +217,15 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
+COURSE_IMAGE_BUILT = pytest.StashKey[str]()  # tests/test_container.py: what its build took
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if COURSE_IMAGE_BUILT in config.stash:
+        terminalreporter.write_sep("-", "course image (tests/test_container.py)")
+        terminalreporter.write_line(config.stash[COURSE_IMAGE_BUILT])
+
+
 @pytest.fixture
 def token():
     return f"tok-{uuid.uuid4().hex[:12]}"

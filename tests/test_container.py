@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT
+from conftest import COURSE_IMAGE_BUILT, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ class Course:
 
 
 @pytest.fixture(scope="module")
-def image():
+def image(request):
     start = time.monotonic()
     built = subprocess.run([sys.executable, str(IMAGE_SCRIPT), "build"], capture_output=True,
                            text=True, timeout=2700)
@@ -90,7 +90,8 @@ def image():
         print(f"\nSKIPPED the container tests: {built.stderr.strip()}")
         pytest.skip(built.stderr.strip())
     assert built.returncode == 0, built.stdout + built.stderr
-    print(f"\ncourse image ready in {time.monotonic() - start:.0f} s:\n{built.stdout}")
+    request.config.stash[COURSE_IMAGE_BUILT] = (
+        f"ready in {time.monotonic() - start:.0f} s; {built.stdout.strip().splitlines()[-1]}")
     return podman_env()
 
 
@@ -154,6 +155,16 @@ def test_the_build_volume_belongs_to_the_course_user(course):
     wrote = course.exec_lab("sh", "-c", "echo ok > build/written-by-the-course && cat "
                             "build/written-by-the-course")
     assert wrote.returncode == 0 and wrote.stdout.strip() == "ok", wrote.stderr
+
+
+def test_torch_compile_builds_its_cpu_kernel_inside(course):
+    """inductor compiles C++ for CPU tensors: the image's g++ and Python headers suffice"""
+    compiled = course.exec_lab("python", "-c", "import torch; f = torch.compile(lambda x: "
+                               "torch.sin(x) * 2 + 1); x = torch.arange(4.0); "
+                               "print((f(x) - (torch.sin(x) * 2 + 1)).abs().max().item())",
+                               timeout=300)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    assert float(compiled.stdout.split()[-1]) == 0.0
 
 
 def test_notebook_00_is_ready_inside_and_its_results_land_in_the_volume(course):

@@ -27,6 +27,19 @@ def test_gpu_check_in_cpu_mode_writes_a_summary_that_passes(tmp_path):
     assert set(probes) == {"bf16_compile", "allreduce"}  # fp16 with a GradScaler: GPUs only
     assert probes["allreduce"]["backend"] == "gloo"
     assert all(p["status"] == "passed" for p in probes.values())
+    assert summary["image_cuda_tag"]["status"] == "not checked"  # a CPU build of torch here
+
+
+def test_the_image_cuda_tag_is_checked_against_the_pinned_torch():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check import image_cuda_check
+
+    tag = image_cuda_check(None, True)["dockerfile_cuda"]
+    assert tag and tag.count(".") == 1  # the Dockerfile's CUDA_TAG parses
+    assert image_cuda_check(tag, True)["status"] == "passed"
+    other = image_cuda_check("99.1", True)
+    assert other["status"] == "failed" and "ARG CUDA_TAG=cuda99.1" in other["error"]
+    assert image_cuda_check("99.1", False)["status"] == "not checked"
 
 
 def test_a_failure_with_another_torch_is_told_apart_from_a_defect():
