@@ -77,6 +77,10 @@ def run(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def podman(d: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return run(["podman", *args], timeout, env=podman_env(d))
+
+
 def install() -> None:
     missing = [p for p in PACKAGES if not shutil.which(p, path="/usr/sbin:/usr/bin:/sbin:/bin")]
     if not missing:
@@ -130,14 +134,13 @@ default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
 
 def check_engine(d: Path) -> None:
     """A container from the base image starts and exits; else podman cannot run here."""
-    proc = run(["podman", "run", "--rm", "--network", "none", BASE_IMAGE, "true"], timeout=120,
-               env=podman_env(d))
+    proc = podman(d, "run", "--rm", "--network", "none", BASE_IMAGE, "true")
     if proc.returncode != 0:
         raise Unavailable(f"podman cannot start a container here: {proc.stderr.strip()[-600:]}")
 
 
 def make_base(d: Path) -> None:
-    if run(["podman", "image", "exists", BASE_IMAGE], 60, env=podman_env(d)).returncode == 0:
+    if podman(d, "image", "exists", BASE_IMAGE).returncode == 0:
         print(f"base image {BASE_IMAGE}: already built")
         return
     print(f"base image {BASE_IMAGE}: debootstrap bookworm from {DEBIAN_MIRROR} ...", flush=True)
@@ -158,8 +161,8 @@ def make_base(d: Path) -> None:
 
 
 def base_python(d: Path) -> str:
-    proc = run(["podman", "run", "--rm", "--network", "none", BASE_IMAGE, "python3", "-c",
-                "import platform; print(platform.python_version())"], 120, env=podman_env(d))
+    proc = podman(d, "run", "--rm", "--network", "none", BASE_IMAGE, "python3", "-c",
+                  "import platform; print(platform.python_version())")
     if proc.returncode != 0:
         raise RuntimeError(f"no python3 in {BASE_IMAGE}: {proc.stderr[-400:]}")
     return proc.stdout.strip()
@@ -190,12 +193,11 @@ def make_wheelhouse(d: Path, python_version: str) -> Path:
 def remove_old_images(d: Path) -> None:
     """The previous build of the tag (now untagged) and bases made from another package
     list: their layers that this build does not share would fill the disk run after run."""
-    run(["podman", "image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}"], 300,
-        env=podman_env(d))
-    listed = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
-                  f"reference={BASE_REPOSITORY}"], 60, env=podman_env(d)).stdout.split()
+    podman(d, "image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}", timeout=300)
+    listed = podman(d, "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                    f"reference={BASE_REPOSITORY}").stdout.split()
     for old in set(listed) - {BASE_IMAGE}:
-        run(["podman", "rmi", old], 120, env=podman_env(d))
+        podman(d, "rmi", old)
 
 
 def build(d: Path) -> dict[str, float]:

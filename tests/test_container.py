@@ -145,7 +145,7 @@ def test_the_course_runs_as_uid_1000_not_root(course):
     # no user namespace: the host sees JupyterLab's own process under the same uid
     lab = [p for p in psutil.process_iter(["cmdline", "uids"])
            if "jupyter-lab" in " ".join(p.info["cmdline"] or [])
-           and f"--port={8888}" in p.info["cmdline"]]
+           and "--port=8888" in p.info["cmdline"]]
     assert lab and all(p.info["uids"].real == COURSE_UID for p in lab)
 
 
