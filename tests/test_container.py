@@ -125,6 +125,7 @@ def test_jupyterlab_answers_on_loopback_with_the_token_only(course):
                                                          f"127.0.0.1:{course.lab_port}"]
     others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
               if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    assert others, "the compose network's bridge at least has an address of its own"
     for address in others:
         with socket.socket() as s, pytest.raises(OSError):
             s.settimeout(3)
