@@ -299,3 +299,129 @@ def comm_seconds(comm: dict[str, tuple[float, int]], alpha: float, beta: float,
         return 0.0
     rate = beta * 2 * (devices - 1) / devices
     return sum(calls * alpha + sent / rate for sent, calls in comm.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Notebook 12: a transformer over data x tensor x pipeline parallel ranks.
+
+SCHEDULES = ("gpipe", "1f1b")
+INDEX_BYTES = 8  # token ids and targets: int64
+
+
+def transformer_params(hidden: int, layers: int, vocab: int, seq: int) -> dict[str, float]:
+    """Parameter counts of notebook 12's model (q, k, v and projection Linears with biases,
+    a 4x MLP, pre-norm LayerNorms, learned positions, a separate head without bias):
+    ``split`` per block (the matrices tensor parallelism divides: q, k, v, fc with their
+    biases, both projections' weights), ``whole`` per block (the norms and the two
+    projection biases, kept on every tensor-parallel rank), and ``embed`` and ``head``."""
+    for name, value in (("hidden", hidden), ("layers", layers), ("vocab", vocab), ("seq", seq)):
+        _check(name, value, 1)
+    h = hidden
+    return {"split": 12 * h * h + 7 * h, "whole": 6 * h, "embed": (vocab + seq) * h,
+            "head": 2 * h + vocab * h, "total": layers * (12 * h * h + 13 * h)
+            + (vocab + seq) * h + 2 * h + vocab * h}  # fmt: skip
+
+
+def block_activations(hidden: int, heads: int, seq: int, micro_batch: float, tp: int = 1) -> float:
+    """Values autograd saves in one block's forward for one micro-batch (b samples of s
+    tokens, width h, a heads), per tensor-parallel rank:
+
+    - whole on every rank: the block's input, the first norm's output, the input of the
+      second norm and its output (4 b s h), the norms' means and inverse deviations (4 b s);
+    - split over the ``tp`` ranks: q, k, v, the heads' merged output, the MLP's hidden layer
+      before and after GELU (12 b s h), the attention probabilities (a b s^2).
+    """
+    b, s, h = micro_batch, seq, hidden
+    return 4 * b * s * h + 4 * b * s + (12 * b * s * h + heads * b * s * s) / tp
+
+
+def transformer_memory(
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    seq: int,
+    micro_batch: float,
+    vocab: int,
+    dtype: str = "float32",
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    zero_stage: int = 0,
+    recompute: bool = False,
+    microbatches: int = 1,
+    schedule: str = "1f1b",
+    master_weights: bool = False,
+) -> list[dict[str, float]]:
+    """Bytes per rank, for each pipeline stage: parameters, gradients, AdamW state and the
+    activations at the peak of one step (:data:`STATE_KINDS`, plus ``total``).
+
+    ``dp`` data-parallel ranks (each with ``micro_batch`` samples per micro-batch),
+    ``tp`` tensor-parallel ranks (Megatron's split: :func:`transformer_params`), ``pp``
+    pipeline stages (blocks split as evenly as possible, the embeddings on the first, the
+    final norm and head on the last). ``zero_stage`` 1, 2, 3 divides the optimizer state,
+    then the gradients, then the parameters over ``dp`` (3 is FSDP). ``master_weights``:
+    mixed precision, an fp32 copy of the parameters and fp32 moments beside ``dtype``'s.
+    Micro-batches in flight on stage r: all ``microbatches`` under GPipe, at most pp - r
+    under 1F1B. ``recompute``: each block keeps only its input, and recomputes the rest in
+    backward (one block's activations at a time).
+    """
+    for name, value in (("heads", heads), ("dp", dp), ("tp", tp), ("pp", pp),
+                        ("microbatches", microbatches)):
+        _check(name, value, 1)
+    _check("micro_batch", micro_batch, 0)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage={zero_stage!r}: use 0 (none), 1, 2 or 3")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
+    if pp > layers:
+        raise ValueError(f"pp={pp!r}: at most one stage per block (layers={layers!r})")
+    n = transformer_params(hidden, layers, vocab, seq)
+    b, value = micro_batch, DTYPE_BYTES[dtype]
+    block = block_activations(hidden, heads, seq, b, tp)
+    stages = []
+    for r in range(pp):
+        blocks = (r + 1) * layers // pp - r * layers // pp
+        first, last = r == 0, r == pp - 1
+        params = blocks * (n["split"] / tp + n["whole"]) + first * n["embed"] + last * n["head"]
+        kept = blocks * (b * seq * hidden if recompute else block)
+        kept += first * b * seq * INDEX_BYTES / value  # the token ids the embedding saves
+        # the last stage: the final norm (input, output, statistics), log-softmax, targets
+        kept += last * (2 * b * seq * hidden + 2 * b * seq + b * seq * vocab
+                        + b * seq * INDEX_BYTES / value)
+        in_flight = microbatches if schedule == "gpipe" else min(microbatches, pp - r)
+        activations = (in_flight * kept + (block if recompute else 0)) * value
+        weights = params * value
+        optimizer = params * (12 if master_weights else 2 * value)  # master copy + 2 moments
+        held = {"parameters": weights / (dp if zero_stage >= 3 else 1),
+                "gradients": weights / (dp if zero_stage >= 2 else 1),
+                "optimizer": optimizer / (dp if zero_stage >= 1 else 1),
+                "activations": activations}
+        stages.append({**held, "total": sum(held.values())})
+    return stages
+
+
+def largest_transformer(gpu_bytes: float, *, dp: int = 1, tp: int = 1, pp: int = 1,
+                        zero_stage: int = 0, head_dim: int = 128, seq: int = 2048,
+                        vocab: int = 50304, micro_batch: int = 1, dtype: str = "bfloat16",
+                        master_weights: bool = True, recompute: bool = True,
+                        max_layers: int = 512) -> dict[str, float]:
+    """The largest model of the GPT-3 family's shape (width 128 x layers, heads of
+    ``head_dim``) whose every stage fits in ``gpu_bytes`` per rank, trained with 4 pp
+    micro-batches under 1F1B: ``{"layers", "hidden", "params"}`` (zeros if none fits)."""
+    _check("gpu_bytes", gpu_bytes)
+    best = {"layers": 0, "hidden": 0, "params": 0.0}
+    for layers in range(max(1, pp), max_layers + 1):
+        hidden = 128 * layers
+        stages = transformer_memory(
+            hidden=hidden, layers=layers, heads=max(1, hidden // head_dim), seq=seq,
+            micro_batch=micro_batch, vocab=vocab, dtype=dtype, dp=dp, tp=tp, pp=pp,
+            zero_stage=zero_stage, recompute=recompute, microbatches=4 * pp,
+            master_weights=master_weights)
+        if max(s["total"] for s in stages) > gpu_bytes:
+            break
+        best = {"layers": layers, "hidden": hidden,
+                "params": transformer_params(hidden, layers, vocab, seq)["total"]}
+    return best

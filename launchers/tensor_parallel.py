@@ -1,0 +1,223 @@
+"""Tensor parallelism (notebook 12): every rank holds a slice of each block's matrices.
+
+    torchrun --nproc-per-node 2 launchers/tensor_parallel.py --impl hand
+
+Megatron-LM's split of a transformer block over N ranks, which all see the same batch:
+  attention  q, k, v split by columns (each rank computes heads/N of the heads), the output
+             projection by rows (each rank's partial sums, all-reduced)
+  MLP        fc split by columns, proj by rows
+One all-reduce in forward after each row split, one in backward before each column split:
+4 per block and step, each of batch x seq x dim values. The embeddings, norms and head stay
+whole on every rank.
+  --impl hand    written out: two autograd functions (Megatron's f and g) and sliced Linears
+  --impl torch   the same split by torch.distributed.tensor.parallel on a device mesh
+  --impl torch-linears   the plan for the Linears alone: q, k and v each turn the shared
+                 input into a DTensor of their own, and each all-reduces its gradient
+
+Every rank also trains the whole model alone on the same batches (the reference): the
+launcher reports the largest differences of the losses, the first step's gradients and the
+trained parameters (float64), what each rank holds (bytes of parameters, gradients, AdamW
+state, saved activations) and every collective of one step.
+Options: the model's (tiny_gpt.add_model_args), --impl, --device cpu|cuda, --out DIR.
+"""
+
+import argparse
+import json
+import os
+
+import tiny_gpt
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    parallelize_module,
+)
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
+class CopyToParallel(torch.autograd.Function):
+    """Megatron's f, before a column split: forward passes x on; backward sums the input
+    gradients of the ranks' column slices (each rank's is partial)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad)
+        return grad
+
+
+class ReduceFromParallel(torch.autograd.Function):
+    """Megatron's g, after a row split: forward sums the ranks' partial outputs; backward
+    passes the gradient on (every rank needs all of it)."""
+
+    @staticmethod
+    def forward(ctx, partial):
+        total = partial.clone()
+        dist.all_reduce(total)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class RowParallelLinear(nn.Linear):
+    """This rank's rows of the weight (its share of the inputs): a partial product, summed
+    over the ranks, plus the bias once."""
+
+    def forward(self, x):
+        return ReduceFromParallel.apply(F.linear(x, self.weight)) + self.bias
+
+
+def column_slice(linear, rank, world):
+    """Keep this rank's output columns of a Linear (its rows of the weight and bias)."""
+    linear.weight = nn.Parameter(linear.weight.detach().chunk(world, 0)[rank].clone())
+    linear.bias = nn.Parameter(linear.bias.detach().chunk(world, 0)[rank].clone())
+
+
+def row_slice(linear, rank, world):
+    """This rank's input rows of a Linear (its columns of the weight), as a RowParallelLinear."""
+    weight = linear.weight.detach().chunk(world, 1)[rank]
+    row = RowParallelLinear(weight.shape[1], weight.shape[0], dtype=weight.dtype,
+                            device=weight.device)
+    with torch.no_grad():
+        row.weight.copy_(weight)
+        row.bias.copy_(linear.bias)
+    return row
+
+
+def tensor_parallel_by_hand(model, rank, world):
+    """Split every block in place; returns {parameter name: the dim it was split along}."""
+    split = {}
+    for i, block in enumerate(model.blocks):
+        for part, columns, rows in ((block.attn, ("q", "k", "v"), "proj"),
+                                    (block.mlp, ("fc",), "proj")):
+            part.register_forward_pre_hook(lambda module, args: (CopyToParallel.apply(args[0]),))
+            name = f"blocks.{i}.{'attn' if part is block.attn else 'mlp'}"
+            for column in columns:
+                column_slice(getattr(part, column), rank, world)
+                split |= {f"{name}.{column}.weight": 0, f"{name}.{column}.bias": 0}
+            setattr(part, rows, row_slice(getattr(part, rows), rank, world))
+            split[f"{name}.{rows}.weight"] = 1
+    return split
+
+
+def tensor_parallel_with_torch(model, mesh, one_input=True):
+    """The same split as a plan: torch turns the Linears' weights into DTensors (sharded on
+    the mesh) and inserts the same two all-reduces."""
+    plan = {}
+    for i in range(len(model.blocks)):
+        if one_input:  # q, k and v share one input DTensor: one all-reduce of its gradient
+            plan |= {f"blocks.{i}.attn": PrepareModuleInput(
+                input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),),
+                use_local_output=False)}
+        plan |= {f"blocks.{i}.attn.{name}": ColwiseParallel() for name in ("q", "k", "v")}
+        plan |= {f"blocks.{i}.attn.proj": RowwiseParallel(),
+                 f"blocks.{i}.mlp.fc": ColwiseParallel(), f"blocks.{i}.mlp.proj": RowwiseParallel()}
+    return parallelize_module(model, mesh, plan)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    tiny_gpt.add_model_args(parser)
+    parser.add_argument("--impl", choices=["hand", "torch", "torch-linears"], default="hand")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    if args.heads % world_size:
+        parser.error(f"--heads {args.heads} must be a multiple of the ranks ({world_size}): "
+                     "each rank computes whole heads")
+    os.makedirs(args.out, exist_ok=True)
+
+    # the same batches on every rank: tensor parallelism splits the model, not the data
+    batches = tiny_gpt.make_batches(args)
+    reference_losses, reference = tiny_gpt.reference_run(args, batches)
+    model = tiny_gpt.build_model(args).to(device)
+    if args.impl == "hand":
+        split = tensor_parallel_by_hand(model, rank, world_size)
+    else:
+        tensor_parallel_with_torch(model, init_device_mesh(device.type, (world_size,)),
+                                   one_input=args.impl == "torch")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    if rank == 0:
+        print(f"tensor parallel ({args.impl}): {sum(p.numel() for p in reference.parameters())} "
+              f"parameters over {world_size} rank(s); backend {backend}", flush=True)
+
+    group = {dist.group.WORLD.group_name: tuple(range(world_size))}
+    losses, saved, collectives = [], None, {}
+    for step, (x, y) in enumerate(batches):
+        measure = step == 0
+        saved_now, forward_log = tiny_gpt.SavedActivations(model), tiny_gpt.CollectiveLog(group)
+        with saved_now, forward_log:
+            loss = tiny_gpt.loss_fn(model(x.to(device)), y.to(device))
+        with tiny_gpt.CollectiveLog(group) as backward_log:
+            loss.backward()
+        if measure:
+            saved = saved_now
+            collectives = {"forward": forward_log.calls, "backward": backward_log.calls}
+            held_grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        losses.append(loss.item())
+        if rank == 0:
+            print(f"step {step}  loss {losses[-1]:.6f}  one process {reference_losses[step]:.6f}",
+                  flush=True)
+
+    def mine(name, full):
+        """This rank's part of a reference tensor, as this layout holds it."""
+        if args.impl == "hand" and name in split:
+            return full.chunk(world_size, split[name])[rank]
+        return full
+
+    def whole(tensor):
+        return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+    reference_state = dict(reference.named_parameters())
+    param_diff = max((whole(p).detach().cpu() - mine(n, reference_state[n].detach()))
+                     .abs().max().item() for n, p in model.named_parameters())
+    reference_grads = tiny_gpt.first_step_gradients(args, batches[0])
+    grad_diff = max((whole(g).cpu() - mine(n, reference_grads[n])).abs().max().item()
+                    for n, g in held_grads.items())
+    held = {"rank": rank, **tiny_gpt.held_bytes(model, optimizer), "activation_bytes": saved.peak,
+            "collectives": collectives,
+            "grad_max_diff": grad_diff, "param_max_diff": param_diff,
+            "device_peak_bytes": tiny_gpt.device_peak_bytes(device)}
+    gathered = [None] * world_size
+    dist.gather_object(held, gathered if rank == 0 else None)
+    if rank == 0:
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world_size, "backend": backend, "impl": args.impl,
+                       "ranks": gathered,
+                       **tiny_gpt.run_summary(args, losses, reference_losses, reference)}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
