@@ -55,6 +55,15 @@ def tensor_parallel_with_torch(model, mesh):
     return parallelize_module(model, mesh, plan)
 
 
+def fsdp_tp_2d(model, mesh):
+    """Tensor parallel inside each tp group first, then FSDP2 across each dp group: every
+    rank's tensor-parallel shards are sharded once more, between the data-parallel ranks."""
+    tensor_parallel_with_torch(model, mesh["tp"])
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh["dp"])  # one all-gather unit per block
+    return fully_shard(model, mesh=mesh["dp"])  # the rest: embeddings, final norm, head
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     tiny_gpt.add_model_args(parser)
@@ -83,11 +92,7 @@ def main():
     dp_rank = mesh.get_local_rank("dp")
     batches = tiny_gpt.make_batches(args)
     reference_losses, reference = tiny_gpt.reference_run(args, batches)
-    model = tiny_gpt.build_model(args).to(device)
-    tensor_parallel_with_torch(model, mesh["tp"])
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh["dp"])  # one all-gather unit per block
-    fully_shard(model, mesh=mesh["dp"])  # the rest: embeddings, final norm, head
+    model = fsdp_tp_2d(tiny_gpt.build_model(args).to(device), mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     if rank == 0:
         print(f"2-D: {dp} x {args.tp} mesh (dp x tp) of {world_size} ranks; backend {backend}",

@@ -15,7 +15,10 @@ LAUNCHERS = ROOT / "launchers"
 # scripts that start their own processes (mp.spawn) instead of running under torchrun
 SELF_SPAWNING = {"ddp_spawn_classic.py"}
 # modules a notebook writes and imports (notebook 01's spawned GIL workers), not launchers
-IMPORTED_BY_NOTEBOOKS = {"gil_work.py", "dp_lab.py"}  # modules notebook 01 imports
+# modules a notebook's cells or launchers import: notebook 01's; notebook 12's model
+IMPORTED_BY_NOTEBOOKS = {"gil_work.py", "dp_lab.py", "tiny_gpt.py"}
+# launchers that need a 2-D mesh (4 ranks): notebook 12's tests run them at 2 and 4
+NEEDS_A_MESH = {"fsdp_tp_2d.py"}
 # notebook 07's exercises: the DDP wrappers the learner writes, loaded by check_my_ddp.py
 EXERCISE_WRAPPERS = {"my_ddp_naive.py", "my_ddp_overlapped.py", "my_ddp_bucketed.py"}
 SOLUTIONS = ROOT / "solutions"
@@ -41,6 +44,9 @@ QUICK_ARGS = {
     "sampler_forgot_set_epoch.py": ["--size", "11"],
     "sampler_fixed.py": ["--size", "11"],
     "print_ranks.py": ["--lines", "5"],
+    # notebook 12's: a tiny transformer (12 heads: whole heads for 1 and 3 ranks)
+    **{name: ["--dim", "48", "--heads", "12", "--seq", "16", "--vocab", "32"]
+       for name in ("tensor_parallel.py", "pipeline_parallel.py")},
     # the learner's unfinished wrappers: the checker reports what they raised, and runs on
     "check_my_ddp.py": [a for step, cls in [("naive", "NaiveDDP"), ("bucketed", "BucketedDDP")]
                         for a in ("--impl", f"{LAUNCHERS / f'my_ddp_{step}.py'}:{cls}")],
@@ -75,7 +81,8 @@ def writefile_cells() -> dict[Path, tuple[str, str]]:
 
 
 def torchrun_launchers() -> list[Path]:
-    skipped = SELF_SPAWNING | BROKEN_ON_PURPOSE | IMPORTED_BY_NOTEBOOKS | EXERCISE_WRAPPERS
+    skipped = (SELF_SPAWNING | BROKEN_ON_PURPOSE | IMPORTED_BY_NOTEBOOKS | EXERCISE_WRAPPERS
+               | NEEDS_A_MESH)
     return sorted(p for p in LAUNCHERS.glob("*.py") if p.name not in skipped)
 
 
