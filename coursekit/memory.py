@@ -335,24 +335,10 @@ def block_activations(hidden: int, heads: int, seq: int, micro_batch: float, tp:
     return 4 * b * s * h + 4 * b * s + (12 * b * s * h + heads * b * s * s) / tp
 
 
-def transformer_memory(
-    *,
-    hidden: int,
-    layers: int,
-    heads: int,
-    seq: int,
-    micro_batch: float,
-    vocab: int,
-    dtype: str = "float32",
-    dp: int = 1,
-    tp: int = 1,
-    pp: int = 1,
-    zero_stage: int = 0,
-    recompute: bool = False,
-    microbatches: int = 1,
-    schedule: str = "1f1b",
-    master_weights: bool = False,
-) -> list[dict[str, float]]:
+def transformer_memory(*, hidden: int, layers: int, heads: int, seq: int, micro_batch: float,
+                       vocab: int, dtype: str = "float32", dp: int = 1, tp: int = 1, pp: int = 1,
+                       zero_stage: int = 0, recompute: bool = False, microbatches: int = 1,
+                       schedule: str = "1f1b", master_weights: bool = False) -> list[dict]:
     """Bytes per rank, for each pipeline stage: parameters, gradients, AdamW state and the
     activations at the peak of one step (:data:`STATE_KINDS`, plus ``total``).
 
@@ -366,18 +352,8 @@ def transformer_memory(
     under 1F1B. ``recompute``: each block keeps only its input, and recomputes the rest in
     backward (one block's activations at a time).
     """
-    for name, value in (("heads", heads), ("dp", dp), ("tp", tp), ("pp", pp),
-                        ("microbatches", microbatches)):
-        _check(name, value, 1)
-    _check("micro_batch", micro_batch, 0)
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage={zero_stage!r}: use 0 (none), 1, 2 or 3")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
-    if pp > layers:
-        raise ValueError(f"pp={pp!r}: at most one stage per block (layers={layers!r})")
+    _check_layout(heads=heads, dp=dp, tp=tp, pp=pp, microbatches=microbatches, layers=layers,
+                  micro_batch=micro_batch, dtype=dtype, zero_stage=zero_stage, schedule=schedule)
     n = transformer_params(hidden, layers, vocab, seq)
     b, value = micro_batch, DTYPE_BYTES[dtype]
     block = block_activations(hidden, heads, seq, b, tp)
@@ -401,6 +377,22 @@ def transformer_memory(
                 "activations": activations}
         stages.append({**held, "total": sum(held.values())})
     return stages
+
+
+def _check_layout(*, heads, dp, tp, pp, microbatches, layers, micro_batch, dtype, zero_stage,
+                  schedule):
+    for name, value in (("heads", heads), ("dp", dp), ("tp", tp), ("pp", pp),
+                        ("microbatches", microbatches)):
+        _check(name, value, 1)
+    _check("micro_batch", micro_batch, 0)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage={zero_stage!r}: use 0 (none), 1, 2 or 3")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
+    if pp > layers:
+        raise ValueError(f"pp={pp!r}: at most one stage per block (layers={layers!r})")
 
 
 def largest_transformer(gpu_bytes: float, *, dp: int = 1, tp: int = 1, pp: int = 1,
