@@ -21,15 +21,10 @@ import os
 import tiny_gpt
 import torch
 import torch.distributed as dist
+from tensor_parallel import tensor_parallel_with_torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Replicate
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    parallelize_module,
-)
+from torch.distributed.tensor import DTensor
 
 
 def device_and_backend(requested: str, local_rank: int, local_world_size: int,
@@ -40,19 +35,6 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
         device = torch.device("cuda", local_rank % n_gpus)
         return device, "nccl" if local_world_size <= n_gpus else "gloo"
     return torch.device("cpu"), "gloo"
-
-
-def tensor_parallel_with_torch(model, mesh):
-    """tensor_parallel.py's plan: q, k, v and fc by columns, the projections by rows."""
-    plan = {}
-    for i in range(len(model.blocks)):
-        plan |= {f"blocks.{i}.attn": PrepareModuleInput(
-            input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),),
-            use_local_output=False)}
-        plan |= {f"blocks.{i}.attn.{name}": ColwiseParallel() for name in ("q", "k", "v")}
-        plan |= {f"blocks.{i}.attn.proj": RowwiseParallel(),
-                 f"blocks.{i}.mlp.fc": ColwiseParallel(), f"blocks.{i}.mlp.proj": RowwiseParallel()}
-    return parallelize_module(model, mesh, plan)
 
 
 def fsdp_tp_2d(model, mesh):
