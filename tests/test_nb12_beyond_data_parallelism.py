@@ -30,6 +30,9 @@ def test_beyond_data_parallelism_notebook(tmp_path):
     for impl in ("hand", "torch"):
         assert r[f"tp_{impl}_forward_allreduces"] == r[f"tp_{impl}_backward_allreduces"] == expected
     assert r["tp_torch_linears_backward_allreduces"] > expected
+    # each of batch x seq x hidden float64 values (SMOKE: 8 x 16 x 8*4 heads)
+    assert r["tp_allreduce_sizes"] == 1
+    assert r["tp_allreduce_bytes"] == r["tp_expected_allreduce_bytes"] == 8 * 16 * 32 * 8
     assert 1 / 4 < r["tp_param_share_rank0"] < 1  # the split part / 4, the rest whole
     # the pipeline: fewer micro-batches in flight under 1F1B; more micro-batches, less bubble
     m = r["pipeline_microbatches_shown"]
