@@ -151,14 +151,14 @@ def main():
                      "equal micro-batches: give a batch that is a multiple of it")
 
     rank, stages = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.layers < stages:
+        parser.error(f"--layers {args.layers}: each of the {stages} stages needs a block")
     n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
                                          int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    if args.layers < stages:
-        parser.error(f"--layers {args.layers}: each of the {stages} stages needs a block")
     os.makedirs(args.out, exist_ok=True)
 
     batches = tiny_gpt.make_batches(args)

@@ -145,15 +145,15 @@ def main():
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.heads % world_size:
+        parser.error(f"--heads {args.heads} must be a multiple of the ranks ({world_size}): "
+                     "each rank computes whole heads")
     n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
                                          int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    if args.heads % world_size:
-        parser.error(f"--heads {args.heads} must be a multiple of the ranks ({world_size}): "
-                     "each rank computes whole heads")
     os.makedirs(args.out, exist_ok=True)
 
     # the same batches on every rank: tensor parallelism splits the model, not the data

@@ -85,9 +85,17 @@ def test_launchers_at_two_ranks_match_one_process_and_the_calculator(launcher, a
 
 
 @pytest.mark.slow
-def test_fsdp_tp_2d_refuses_a_mesh_the_ranks_cannot_make(setup):
-    """--tp must divide the ranks: the launcher says so, naming the option, before any step."""
-    run = coursekit.run_launcher(LAUNCHERS / "fsdp_tp_2d.py", TINY + ["--tp", "3"], setup=setup,
-                                 nproc=2, name="2d_bad_tp", echo=False, check=False)
+@pytest.mark.parametrize("launcher, bad, message", [
+    ("fsdp_tp_2d.py", ["--tp", "3"], "--tp 3 must divide the ranks (2)"),
+    ("tensor_parallel.py", ["--heads", "3", "--dim", "33"],
+     "--heads 3 must be a multiple of the ranks (2)"),
+    ("pipeline_parallel.py", ["--microbatches", "3"], "--batch 8 must split into --microbatches 3"),
+], ids=["2d_tp", "tp_heads", "pp_microbatches"])  # fmt: skip
+def test_a_layout_the_ranks_cannot_make_is_refused_before_any_step(launcher, bad, message, setup):
+    """Each launcher names the option and the fix before its process group trains anything."""
+    run = coursekit.run_launcher(LAUNCHERS / launcher, TINY + bad, setup=setup, nproc=2,
+                                 name=f"refused_{launcher.removesuffix('.py')}", echo=False,
+                                 check=False)
     assert run.returncode != 0
-    assert "--tp 3 must divide the ranks (2)" in run.output
+    assert message in run.output
+    assert "step 0" not in run.output
