@@ -17,6 +17,7 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat  # noqa: E402
 import papermill  # noqa: E402
+import time_table  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 import coursekit  # noqa: E402
@@ -212,6 +213,10 @@ SESSION_ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRE
 
 def torchelastic_dirs() -> set[str]:
     return {d for d in os.listdir(SCRATCH) if d.startswith("torchelastic_")}
+
+
+def pytest_configure(config):
+    time_table.register(config)  # make test ends with where its time went
 
 
 def pytest_sessionfinish(session, exitstatus):
