@@ -17,8 +17,9 @@ It mends two things some hosts need before podman's runtime (crun) starts anythi
 cgroup v2 controllers of a hybrid cgroup layout are mounted in v1 (crun refuses hybrid
 mode while v2 holds any), and containers get the limits this machine allows, not podman's
 defaults (nofile 1048576, nproc above ``kernel.pid_max``), which a root without
-CAP_SYS_RESOURCE may not set. Everything it writes lives in ``COURSE_IMAGE_DIR`` (default
-``build/image``); podman keeps the base image and the built layers, so a second build
+CAP_SYS_RESOURCE may not set. What it writes lives in ``COURSE_IMAGE_DIR`` (default
+``build/image``), except the wheelhouse, kept per machine (:func:`wheelhouse_dir`) as podman
+keeps the base image and the built layers, so that a second build, from any checkout,
 reuses them.
 
 Exit codes: 0 ok, 2 podman cannot run here (the reason is printed), 1 any other failure.
@@ -58,6 +59,13 @@ class Unavailable(RuntimeError):
 
 def state_dir() -> Path:
     return Path(os.environ.get("COURSE_IMAGE_DIR", ROOT / "build" / "image")).resolve()
+
+
+def wheelhouse_dir() -> Path:
+    """Where the wheelhouse is kept: beside podman's own cache of layers, per machine, not per
+    checkout (a fresh clone need not download it again). ``COURSE_WHEELHOUSE_DIR`` moves it."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ddp-course"
+    return Path(os.environ.get("COURSE_WHEELHOUSE_DIR", cache)).resolve()
 
 
 def image_tag() -> str:
@@ -170,7 +178,8 @@ def base_python(d: Path) -> str:
 
 def make_wheelhouse(d: Path, python_version: str) -> Path:
     """Every wheel the image installs, resolved for the base image's Python (Debian's 3.11.2:
-    some releases need a newer 3.11), downloaded here once per requirements and Python."""
+    some releases need a newer 3.11), downloaded into ``d`` once per requirements and Python."""
+    d.mkdir(parents=True, exist_ok=True)
     wanted = [ROOT / "requirements.txt", ROOT / "pyproject.toml"]
     key = hashlib.sha256(python_version.encode() + b"".join(p.read_bytes() for p in wanted))
     wheels = d / f"wheels-{key.hexdigest()[:12]}"
@@ -214,7 +223,7 @@ def build(d: Path) -> dict[str, float]:
     write_containers_conf(d)
     timed("base image", make_base, d)
     timed("engine check", check_engine, d)
-    wheels = timed("wheelhouse", make_wheelhouse, d, base_python(d))
+    wheels = timed("wheelhouse", make_wheelhouse, wheelhouse_dir(), base_python(d))
     tag = image_tag()
     print(f"podman build {tag} (FLAVOUR=cpu) ...", flush=True)
     # the wheelhouse is mounted into the build's RUN steps, not copied into a layer;
