@@ -122,7 +122,7 @@ def _first_line(source: str) -> str:
 RUN_ONCE_PARAMETERS = {"01": {}, "02": {"NPROC": 3}, "03": {"NPROC": 3}, "04": {"NPROC": 2},
                        "05": {"NPROC": 3}, "06": {"NPROC": 2}, "07": {}, "08": {"NPROC": 3},
                        "09": {"NPROC": 2}, "10": {}, "11": {"NPROC": 3},
-                       "12": {"NPROC": 4}}  # fmt: skip
+                       "12": {"NPROC": 2}}  # fmt: skip
 # what a kernel inherits that changes what a notebook does, besides its parameters; the
 # course's own variables only where a notebook uses them (its text holds the marker)
 KERNEL_ENVIRONMENT = ("ATEN_", "OMP_", "CUDA_", "TORCH")

@@ -1,6 +1,7 @@
 """Notebook 12: tensor, pipeline and 2-D parallelism of a small transformer; the memory
-calculator checked against every layout's measured bytes. The notebook at 4 ranks (the
-browser test's run), its launchers at 2 ranks here (and at 1 and 3 in test_launchers.py)."""
+calculator checked against every layout's measured bytes. The notebook at 2 ranks (the
+browser test's run: its TP and PP runs are the tiny model at 2 ranks, its 2-D mesh 4 ranks),
+the 2-D launcher on a 1 x 2 mesh here, TP and PP at 3 ranks in test_launchers.py."""
 
 import pytest
 import torch
@@ -18,13 +19,15 @@ TOLERANCE = 1e6 * torch.finfo(torch.float64).eps
 
 @pytest.mark.slow
 def test_beyond_data_parallelism_notebook(tmp_path):
-    r = execute_notebook("12", tmp_path, NPROC=4)
-    assert r["world_size"] == 4 and r["backend"] == "gloo" and r["mesh_backend"] == "gloo"
+    nproc = 2
+    r = execute_notebook("12", tmp_path, NPROC=nproc)
+    assert r["world_size"] == nproc and r["backend"] == "gloo" and r["mesh_backend"] == "gloo"
     # every layout trains the one-process model (float64)
     diffs = [k for k in r if k.endswith("_max_diff")]
     assert len(diffs) == 8, diffs
+    assert r["f64_tolerance"] <= TOLERANCE
     assert all(0 <= r[k] <= r["f64_tolerance"] for k in diffs), {k: r[k] for k in diffs}
-    # Megatron's 2 + 2 all-reduces per block (4 blocks at 4 ranks); the Linears-only plan more
+    # Megatron's 2 + 2 all-reduces per block (4 blocks); the Linears-only plan more
     expected = r["tp_expected_allreduces_per_phase"]
     assert expected == 8
     for impl in ("hand", "torch"):
@@ -33,21 +36,23 @@ def test_beyond_data_parallelism_notebook(tmp_path):
     # each of batch x seq x hidden float64 values (SMOKE: 8 x 16 x 8*4 heads)
     assert r["tp_allreduce_sizes"] == 1
     assert r["tp_allreduce_bytes"] == r["tp_expected_allreduce_bytes"] == 8 * 16 * 32 * 8
-    assert 1 / 4 < r["tp_param_share_rank0"] < 1  # the split part / 4, the rest whole
+    assert 1 / nproc < r["tp_param_share_rank0"] < 1  # the split part / N, the rest whole
     # the pipeline: fewer micro-batches in flight under 1F1B; more micro-batches, less bubble
     m = r["pipeline_microbatches_shown"]
-    assert m == 8
+    assert m == 2 * nproc
     assert r["1f1b_peak_activation_bytes_stage0"] < r["gpipe_peak_activation_bytes_stage0"]
     assert 0 < r[f"bubble_m{m}"] < r["bubble_m1"] < 1
-    assert r["bubble_formula_m1"] == 3 / 4
+    assert r["bubble_formula_m1"] == (nproc - 1) / nproc
     # the 2-D mesh: all-reduces on tp, all-gathers and reduce-scatters on dp
     assert r["fsdp_tp_misplaced_collectives"] == 0
-    # the calculator: every rank of every layout, within 10 % (measured here: well under 1 %)
-    assert r["calculator_rank_runs"] == 4 + 4 + 4 * 4 + 4
-    assert r["calculator_worst_error"] <= 0.1
+    # the calculator, every rank of every layout (TP by hand and torch, 4 PP runs, the 2 x 2
+    # mesh): parameters counted exactly, the whole within 1 % (the notebook claims 10 %)
+    assert r["calculator_rank_runs"] == nproc + nproc + 4 * nproc + 4
+    assert r["calculator_params_exact"] is True
+    assert r["calculator_worst_error"] <= 0.01
     big = {k.split("8x80gib_")[1]: v for k, v in r.items() if "8x80gib" in k}
     assert big["ddp_params"] < big["zero-1_params"] < big["fsdp_params"]
-    # every claim but the bubble's (timing, 4 ranks on 2 cores at SMOKE sizes) holds everywhere
+    # every claim but the bubble's (timing, at SMOKE sizes on a shared CPU) holds everywhere
     held = {c["text"]: c["held"] for c in r["claims"]}
     timing = "The measured bubble"
     assert all(ok for text, ok in held.items() if not text.startswith(timing)), held
@@ -62,14 +67,10 @@ def per_rank_total(held):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher, args, layout", [
-    ("tensor_parallel.py", ["--impl", "hand"], dict(micro_batch=8, tp=2)),
-    ("tensor_parallel.py", ["--impl", "torch"], dict(micro_batch=8, tp=2)),
-    ("pipeline_parallel.py", ["--impl", "hand", "--schedule", "gpipe", "--microbatches", "4"],
-     dict(micro_batch=2, pp=2, microbatches=4, schedule="gpipe")),
-    ("pipeline_parallel.py", ["--impl", "torch", "--schedule", "1f1b", "--microbatches", "4"],
-     dict(micro_batch=2, pp=2, microbatches=4, schedule="1f1b")),
-    ("fsdp_tp_2d.py", ["--tp", "2"], dict(micro_batch=8, tp=2)),  # a 1 x 2 mesh
-], ids=["tp_hand", "tp_torch", "pp_hand_gpipe", "pp_torch_1f1b", "2d_1x2"])  # fmt: skip
+    # TP and PP at 2 ranks: the notebook's own runs (its test above); here the 2-D launcher
+    # on a 1 x 2 mesh, which the notebook (a 2 x 2 mesh) does not make
+    ("fsdp_tp_2d.py", ["--tp", "2"], dict(micro_batch=8, tp=2)),
+], ids=["2d_1x2"])  # fmt: skip
 def test_launchers_at_two_ranks_match_one_process_and_the_calculator(launcher, args, layout, setup):
     run = coursekit.run_launcher(LAUNCHERS / launcher, TINY + args, setup=setup, nproc=2,
                                  name=launcher.removesuffix(".py"), echo=False)
