@@ -52,13 +52,12 @@ def test_reference_solution_uses_the_exercise_own_check():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "script, passes",
-    [("reference", True), ("starter", False), *[(bug, False) for bug in WRONG_RINGS]],
+    # the reference: the browser test's run of the notebook checks it at world sizes 1 to 4
+    # (test_notebook_with_the_reference_ring); here the rings that must fail, at 1 to 3
+    "script", ["starter", *WRONG_RINGS],
 )
-def test_ring_check_accepts_the_reference_and_rejects_wrong_rings(script, passes, setup, tmp_path):
-    if script == "reference":
-        path = SOLUTION
-    elif script == "starter":
+def test_ring_check_rejects_wrong_rings(script, setup, tmp_path):
+    if script == "starter":
         path = EXERCISE  # the learner's file as committed: the loops are still to write
     else:
         path = wrong_ring(tmp_path / script, script) / "ring_allreduce.py"
@@ -66,7 +65,7 @@ def test_ring_check_accepts_the_reference_and_rejects_wrong_rings(script, passes
     cases = run.metrics["cases"]
     assert {c["world_size"] for c in cases} == {1, 2, 3}
     assert len(cases) == 3 * 5
-    assert run.metrics["all_passed"] is passes
+    assert run.metrics["all_passed"] is False
     # one rank alone has nothing to exchange: every ring, right or wrong, passes there
     assert all(c["ok"] for c in cases if c["world_size"] == 1)
 
