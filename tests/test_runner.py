@@ -423,3 +423,23 @@ def test_run_command_of_another_program_prints_its_own_lines(setup, capsys):
                         "native code")  # fmt: skip
     assert lines[1:] == ["  its last line: 'done'",
                          f"whole log: {run.run_dir / 'output.log'} (result.log() prints them)"]
+
+
+@pytest.mark.parametrize("threads, policy, expected", [
+    (os.cpu_count(), None, "PASSIVE"),  # 2 ranks x all the cores: more threads than cores
+    (os.cpu_count(), "ACTIVE", "ACTIVE"),  # the environment's own choice stays
+    # one thread per rank: OpenMP's default, unless 2 ranks outnumber the cores already
+    (1, None, "unset" if os.cpu_count() >= 2 else "PASSIVE"),
+])  # fmt: skip
+def test_ranks_whose_threads_outnumber_the_cores_wait_passively(threads, policy, expected,
+                                                                 setup, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+    if policy:
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    else:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    script = tmp_path / "policy.py"  # no torch: the ranks start in a blink
+    script.write_text("import os\nprint('policy', os.environ.get('OMP_WAIT_POLICY', 'unset'))\n")
+    run = coursekit.run_launcher(script, setup=setup, nproc=2, echo=False)
+    assert sorted(text for _, text in run.lines if text.startswith("policy")) == [
+        f"policy {expected}"] * 2
