@@ -4,7 +4,7 @@ Lesson content lives in the notebooks and launchers; this package only runs them
 """
 
 from .cells import show_diff, show_outline
-from .claims import Claim, Claims, claim, evaluate
+from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
 from .exercises import answer, answer_file, check_answer
 from .nodes import JobResult, run_nodes
@@ -27,9 +27,11 @@ __all__ = [
     "configure",
     "evaluate",
     "load_results",
+    "outcome_of",
     "run_launcher",
     "run_nodes",
     "save_results",
+    "spread",
     "show_diff",
     "show_outline",
 ]

@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .claims import evaluate
+from .claims import HELD, Claim, evaluate
 from .config import check_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:30} {figures[key]}")
     for t in report["targets"]:
         print(f"target {'met' if t['met'] else 'MISSED'}: {t['condition']} ({t['means']})")
-    for c in figures.get("claims", []):
-        if not c["held"]:
-            print(f"not on this machine: {c['text']}\n  true here: {c['otherwise']}")
+    for record in figures.get("claims", []):
+        made = Claim.from_record(record)
+        if made.outcome != HELD:
+            print(made.describe())
     print(f"report: {out / 'report.json'}")
     return 0
 

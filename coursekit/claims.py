@@ -1,23 +1,33 @@
 """Claims: the sentences of a lesson that state a measured outcome, checked by the run itself.
 
 A claim is a sentence ("DDP ran 1.5x faster than DataParallel"), the figures it rests on,
-and a condition over those figures ("ddp_over_dp > 1"). The run decides whether it held
-on this machine; where it did not, the notebook shows the sentence that is true here
-instead (``otherwise``), and says why. Both sentences are templates filled in from the
-figures (``{speedup:.2f}``), and both are filled in on every run, so a typo in the branch
-this machine does not take still fails here, not on the class server.
+and a condition over those figures ("ddp_over_dp > 1"). The run decides its outcome on this
+machine, one of four, each with its own sentence:
+
+- held: the sentence (``text``) is true here;
+- not held: ``otherwise`` is what is true here, and says why (a cause only as a figure of
+  the run, or named as a likely reason not measured here);
+- no difference: a comparison whose ratio lies inside the spread the run measured
+  (``tie``): neither side won on this machine;
+- skipped: the run it rests on could not happen here (no Slurm, one GPU); ``why`` says
+  what was not run. A skipped claim is not false and has no figures.
+
+Every sentence is a template filled in from the figures (``{ratio:.2f}``) on every run, so a
+typo in the branch this machine does not take still fails here, not on the class server.
 
     claims = coursekit.Claims()
-    claims.check("DDP ran {ratio:.2f}x faster than DP", "ratio > 1", ratio=dp_ms / ddp_ms,
-                 otherwise="DP ran {ratio:.2f}x DDP's speed here: ... (the reason)")
-    ...
-    claims.show()                                     # the closing "What you saw"
+    claims.check("the loss fell to {loss:.2f}", "loss < 1", otherwise="it stayed at {loss:.2f}",
+                 loss=final_loss)
+    claims.compare("DDP stepped {ratio:.2f}x faster than DP", less=ddp_times, more=dp_times,
+                   otherwise="DP stepped faster here", tie="DDP and DP stepped alike here")
+    claims.skip("Slurm ran the sbatch script on 2 nodes", why="no Slurm on this machine")
+    claims.show()                                     # the closing "What you saw": a table
     coursekit.save_results(stem, figures, setup, claims=claims)
 
 A condition is one or more comparisons joined by ``and``: ``name OP value``, where OP is
 one of < <= > >= == != and value is a number, another figure's name, or a number times a
-figure's name (``ddp <= 2 * floor``). That is all a
-results file needs to let anyone re-check a claim from its figures (:func:`evaluate`).
+figure's name (``ddp <= 2 * floor``). That is all a results file needs to let anyone
+re-check a claim from its figures (:func:`outcome_of`).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import math
 import numbers
 import operator
 import re
+import statistics
 from dataclasses import asdict, dataclass
 
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -33,6 +44,11 @@ OPERATORS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": oper
 _COMPARISON = re.compile(
     r"^\s*([A-Za-z_]\w*)\s*(<=|>=|==|!=|<|>)\s*(?:([0-9.eE+-]+)\s*\*\s*)?(\S+)\s*$"
 )
+HELD, NOT_HELD, NO_DIFFERENCE, SKIPPED = "held", "not held", "no difference", "skipped"
+OUTCOMES = (HELD, NOT_HELD, NO_DIFFERENCE, SKIPPED)
+MARKS = {HELD: "✔", NOT_HELD: "✘", NO_DIFFERENCE: "≈", SKIPPED: "–"}
+# a comparison's figures: the ratio of medians (more / less) and the spread around it
+SPREAD_HELD, SPREAD_TIE = "ratio_low > 1", "ratio_low <= 1 and ratio_high >= 1"
 
 
 def _operand(token: str, figures: dict, condition: str) -> object:
@@ -63,6 +79,18 @@ def evaluate(condition: str, figures: dict) -> bool:
     return held
 
 
+def outcome_of(record: dict) -> str:
+    """A claim's outcome re-decided from its recorded condition and figures alone."""
+    if record.get("outcome") == SKIPPED:
+        return SKIPPED
+    if evaluate(record["condition"], record["figures"]):
+        return HELD
+    tie_condition = record.get("tie_condition")
+    if tie_condition and evaluate(tie_condition, record["figures"]):
+        return NO_DIFFERENCE
+    return NOT_HELD
+
+
 def _figure(name: str, value: object) -> object:
     if isinstance(value, bool) or isinstance(value, str):
         return value
@@ -74,70 +102,158 @@ def _figure(name: str, value: object) -> object:
     raise TypeError(f"figure {name!r} is a {type(value).__name__}: use a number, string or bool")
 
 
-def _shown(value: object) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
 @dataclass
 class Claim:
-    text: str  # the sentence, filled in from the figures
-    condition: str  # what must hold for the sentence to be true
-    held: bool
+    text: str  # the sentence the lesson expects, filled in from the figures
+    condition: str  # what must hold for ``text`` to be true
+    held: bool  # outcome == HELD
     figures: dict
     otherwise: str = ""  # the sentence that is true here when it did not hold, and why
+    outcome: str = HELD
+    tie_condition: str = ""  # a comparison: its ratio inside the measured spread
+    tie: str = ""  # the sentence when it was a tie
+    why_skipped: str = ""  # a skipped claim: what was not run here, and why
 
-    def describe(self, markdown: bool = False) -> str:
-        """The sentence true on this machine, with its figures."""
-        tick = "`" if markdown else ""  # figure names as code: their underscores stay
-        figures = ", ".join(f"{tick}{k} = {_shown(v)}{tick}" for k, v in self.figures.items())
-        if self.held:
-            return f"✔ {self.text} ({figures})"
-        return (f"✘ not on this machine: {self.text}. What is true here: "
-                f"{self.otherwise or 'see the figures'} ({figures})")  # fmt: skip
+    def sentence(self) -> str:
+        """The sentence true on this machine."""
+        return {HELD: self.text, NOT_HELD: self.otherwise or "see the figures",
+                NO_DIFFERENCE: self.tie, SKIPPED: self.why_skipped}[self.outcome]  # fmt: skip
+
+    def describe(self) -> str:
+        """One line: the outcome's mark, the sentence true here, then what the lesson expected
+        where that is another sentence."""
+        if self.outcome == HELD:
+            return f"{MARKS[HELD]} {self.text}"
+        if self.outcome == SKIPPED:
+            return f"{MARKS[SKIPPED]} not run here: {self.text}: {self.why_skipped}"
+        return f"{MARKS[self.outcome]} {self.sentence()} (the lesson expected: {self.text})"
 
     def as_record(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict) -> Claim:
+        """A claim as a results file has it, its outcome re-decided from its figures."""
+        outcome = outcome_of(record)
+        return cls(**{**record, "outcome": outcome, "held": outcome == HELD})
 
     def _ipython_display_(self) -> None:
         """Nothing: ``Claims.check`` printed the claim already (a cell ending in a check
         would show it twice)."""
 
 
-def claim(text: str, condition: str, otherwise: str = "", **figures) -> Claim:
-    """A claim over ``figures``: both sentences filled in, the condition evaluated."""
+def claim(text: str, condition: str, otherwise: str = "", tie_condition: str = "",
+          tie: str = "", **figures) -> Claim:  # fmt: skip
+    """A claim over ``figures``: every sentence filled in, the conditions evaluated."""
+    if bool(tie) != bool(tie_condition):
+        raise ValueError(f"claim {text!r}: a tie needs both its sentence (tie=) and its "
+                         "condition (tie_condition=)")  # fmt: skip
     figures = {name: _figure(name, value) for name, value in figures.items()}
     try:
-        filled, filled_otherwise = text.format(**figures), otherwise.format(**figures)
+        filled = [s.format(**figures) for s in (text, otherwise, tie)]
     except (KeyError, IndexError, ValueError) as err:
         raise ValueError(f"claim {text!r}: its sentences do not fit its figures "
                          f"({', '.join(figures)}): {err!r}") from err  # fmt: skip
-    return Claim(filled, condition, evaluate(condition, figures), figures, filled_otherwise)
+    made = Claim(filled[0], condition, False, figures, filled[1], NOT_HELD, tie_condition,
+                 filled[2])  # fmt: skip
+    made.outcome = outcome_of(made.as_record())
+    made.held = made.outcome == HELD
+    return made
+
+
+def _samples(name: str, values) -> list[float]:
+    values = [float(v) for v in values]
+    if len(values) < 2:
+        raise ValueError(f"{name}= has {len(values)} measurement(s): a comparison needs the "
+                         "spread of at least 2 (measure rounds or repeats)")  # fmt: skip
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"{name}= must be positive finite measurements, got {values}")
+    return values
+
+
+def spread(less, more, paired: bool = True) -> dict:
+    """How much larger ``more`` is than ``less``: the ratio of medians and its spread.
+
+    Paired (round k of each side measured together, as interleaved rounds are): the smallest
+    and largest per-round ratio. Unpaired: the quartiles of one side against the other's
+    (the extremes where a side has fewer than 4 measurements)."""
+    less, more = _samples("less", less), _samples("more", more)
+    if paired:
+        if len(less) != len(more):
+            raise ValueError(f"paired=True needs as many rounds of less= ({len(less)}) as of "
+                             f"more= ({len(more)}); pass paired=False otherwise")  # fmt: skip
+        ratios = [after / before for before, after in zip(less, more, strict=True)]
+        low, high = min(ratios), max(ratios)
+    else:
+
+        def bounds(values):
+            if len(values) < 4:
+                return min(values), max(values)
+            q1, _, q3 = statistics.quantiles(values, n=4)
+            return q1, q3
+
+        (less_lo, less_hi), (more_lo, more_hi) = bounds(less), bounds(more)
+        low, high = more_lo / less_hi, more_hi / less_lo
+    ratio = statistics.median(more) / statistics.median(less)
+    return {"ratio": ratio, "ratio_low": low, "ratio_high": high,
+            "less_median": statistics.median(less), "more_median": statistics.median(more),
+            "measurements": min(len(less), len(more))}  # fmt: skip
 
 
 class Claims(list):
     """A notebook's claims, in the order the lesson makes them."""
 
-    def check(self, text: str, condition: str, otherwise: str = "", **figures) -> Claim:
-        """Make a claim, show it with its figures where it is made, and keep it."""
-        made = claim(text, condition, otherwise, **figures)
+    def _keep(self, made: Claim) -> Claim:
         self.append(made)
         print(made.describe())
         return made
 
-    @property
-    def not_held(self) -> list[Claim]:
-        return [c for c in self if not c.held]
+    def check(self, text: str, condition: str, otherwise: str = "", **figures) -> Claim:
+        """Make a claim, show it where it is made (one line), and keep it."""
+        return self._keep(claim(text, condition, otherwise, **figures))
+
+    def compare(self, text: str, less, more, otherwise: str, tie: str, paired: bool = True,
+                **figures) -> Claim:  # fmt: skip
+        """Claim that the measurements ``less`` are smaller than ``more`` (times: ``less`` is
+        the side expected faster), outside the spread the run measured.
+
+        The sentences may use ``ratio`` (median of more / median of less), ``ratio_low`` and
+        ``ratio_high`` (its spread, see :func:`spread`), ``less_median``, ``more_median``,
+        ``measurements``, and ``figures``. Held: every ratio of the spread above 1; no
+        difference: the spread includes 1 (``tie``); not held: every ratio below 1."""
+        measured = spread(less, more, paired)
+        clash = set(measured) & set(figures)
+        if clash:
+            raise ValueError(f"compare(): {', '.join(sorted(clash))} are its own figures")
+        return self._keep(claim(text, SPREAD_HELD, otherwise, SPREAD_TIE, tie,
+                                **measured, **figures))  # fmt: skip
+
+    def skip(self, text: str, why: str) -> Claim:
+        """A claim whose run could not happen here: ``text`` says what the lesson would have
+        claimed, ``why`` what was not run and why. No figures: nothing was measured."""
+        if not why:
+            raise ValueError(f"skip({text!r}): say why= it could not be run here")
+        return self._keep(Claim(text, "", False, {}, outcome=SKIPPED, why_skipped=why))
+
+    def summary(self) -> dict:
+        """How many claims came out each way."""
+        return {outcome: sum(c.outcome == outcome for c in self) for outcome in OUTCOMES}
 
     def show(self) -> None:
-        """Every claim of the lesson as it came out on this machine: the "What you saw"."""
-        held = sum(c.held for c in self)
-        lines = [f"- {c.describe(markdown=True)}" for c in self]
-        summary = f"{held} of {len(self)} claims held on this machine"
-        if self.not_held:
-            summary += "; where one did not, the sentence after 'What is true here' is this run's"
+        """The closing "What you saw": the claims counted by outcome (each was printed, one
+        line, where the lesson made it)."""
+        counts = self.summary()
+        rows = [f"| {MARKS[o]} {o} | {n} |" for o, n in counts.items()]
+        table = "| outcome on this machine | claims |\n|---|---|\n" + "\n".join(rows)
+        others = [c for c in self if c.outcome != HELD]
+        note = (
+            "Every claim of this lesson held here."
+            if not others
+            else "The lines marked ✘, ≈ or – above say what is true on this machine instead."
+        )
         try:
             from IPython.display import Markdown, display
 
-            display(Markdown(f"**{summary}.**\n\n" + "\n".join(lines)))
+            display(Markdown(f"{table}\n\n{note}"))
         except ImportError:  # outside Jupyter: plain text
-            print(summary + "\n" + "\n".join(f"- {c.describe()}" for c in self))
+            print("\n".join(f"{o}: {n}" for o, n in counts.items()) + "\n" + note)

@@ -24,6 +24,7 @@ import nbformat
 import psutil
 
 from .cells import MAX_OUTPUT_LINES, collapsed_summary, is_collapsed, shown_lines
+from .claims import HELD, NO_DIFFERENCE, NOT_HELD, OUTCOMES, SKIPPED, Claim, outcome_of
 
 READING_WPM = 100  # words per minute for explanations a learner is meant to understand
 CODE_LINES_PER_MIN = 12  # a learner reads a code cell before running it
@@ -132,18 +133,17 @@ def _shown(value: object) -> str:
 
 
 def _claims_list(claims: list[dict]) -> str:
-    """Claims as the results file has them: each sentence, whether it held, its figures."""
+    """Claims as the results file has them: each outcome with the sentence true here."""
     e = html.escape
     items = []
     for c in claims:
+        made = Claim.from_record(c)
         figures = ", ".join(f"{k} = {_shown(v)}" for k, v in c["figures"].items())
-        if c["held"]:
-            items.append(f'<li class="held">held: {e(c["text"])} <span class="note">'
-                         f"({e(figures)})</span></li>")  # fmt: skip
-        else:
-            items.append(f'<li class="not-held">not here: {e(c["text"])}<br>true here: '
-                         f'{e(c["otherwise"] or "see the figures")} <span class="note">'
-                         f"({e(figures)})</span></li>")  # fmt: skip
+        css = made.outcome.replace(" ", "-")
+        items.append(f'<li class="{css}">{e(made.outcome)}: {e(made.sentence())}'
+                     + (f"<br>the lesson expected: {e(made.text)}" if made.outcome != HELD else "")
+                     + (f' <span class="note">({e(figures)})</span>' if figures else "")
+                     + "</li>")  # fmt: skip
     return '<ul class="claims">' + "".join(items) + "</ul>"
 
 
@@ -154,7 +154,7 @@ text-align:left;vertical-align:top}th{background:#f3f3f3}.passed{color:#116611;f
 .failed,.timed-out{color:#aa1111;font-weight:bold}.not-run{color:#777}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto}img{max-width:100%;border:1px solid #ddd}
 section{border-top:2px solid #ddd;margin-top:2em}.note{color:#555;font-size:.9em}
-.held{color:#116611}.not-held{color:#8a4b00}.too-long{color:#aa1111;font-weight:bold}
+.held{color:#116611}.not-held{color:#8a4b00}.no-difference{color:#555555}.skipped{color:#777777}.too-long{color:#aa1111;font-weight:bold}
 summary{cursor:pointer;color:#444}
 """
 
@@ -206,8 +206,8 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
             body.append(f"<h3>Failing cell {r.failed_cell}</h3>{shown}"
                         f'<p class="error">{e(r.error)}</p>')  # fmt: skip
         if r.claims:
-            body.append(f"<h3>Claims ({len(r.claims) - len(r.claims_not_held)} of "
-                        f"{len(r.claims)} held here)</h3>" + _claims_list(r.claims))
+            counts = ", ".join(f"{len(r.claims_with(o))} {o}" for o in OUTCOMES)
+            body.append(f"<h3>Claims ({counts})</h3>" + _claims_list(r.claims))
         if r.figures:
             body.append("<h3>Key figures</h3><table>" + "".join(
                 f"<tr><td>{e(k)}</td><td>{e(_shown(v))}</td></tr>" for k, v in r.figures.items()
@@ -222,14 +222,24 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
                     f'+ code {b["code"]} + running {b["running"]} + exercises {b["exercises"]} '
                     "(minutes, rounded up).</p></section>")  # fmt: skip
         sections.append("".join(body))
-    differs = [(r.notebook, c) for r in reports for c in r.claims_not_held]
+    differs = [(r.notebook, Claim.from_record(c)) for r in reports for c in r.claims
+               if outcome_of(c) in (NOT_HELD, NO_DIFFERENCE)]  # fmt: skip
+    skipped = [(r.notebook, Claim.from_record(c)) for r in reports for c in r.claims_with(SKIPPED)]
     differs_html = (
         "<p>Every claim the notebooks made held on this machine.</p>" if not differs else
         "<p>Where the lessons' story differs on this hardware: say so in class.</p>"
-        '<table id="claims-not-held"><tr><th>notebook</th><th>claimed</th><th>true here</th></tr>'
-        + "".join(f"<tr><td>{e(nb)}</td><td>{e(c['text'])}</td>"
-                  f"<td>{e(c['otherwise'] or 'see the figures')}</td></tr>" for nb, c in differs)
+        '<table id="claims-not-held"><tr><th>notebook</th><th>outcome</th><th>claimed</th>'
+        "<th>true here</th></tr>"
+        + "".join(f"<tr><td>{e(nb)}</td><td>{e(c.outcome)}</td><td>{e(c.text)}</td>"
+                  f"<td>{e(c.sentence())}</td></tr>" for nb, c in differs)
         + "</table>")  # fmt: skip
+    if skipped:
+        differs_html += (
+            "<p>Claims not run on this machine (not false: not tried):</p>"
+            '<table id="claims-skipped"><tr><th>notebook</th><th>claim</th><th>why</th></tr>'
+            + "".join(f"<tr><td>{e(nb)}</td><td>{e(c.text)}</td><td>{e(c.why_skipped)}</td></tr>"
+                      for nb, c in skipped)
+            + "</table>")  # fmt: skip
     total = sum(b["minutes"] for b in budgets.values())
     smoke = parameters.get("SMOKE")
     params = ", ".join(f"{k}={v!r}" for k, v in parameters.items() if k != "RESULTS_DIR")

@@ -1,9 +1,9 @@
 """The results contract: each notebook's key figures in RESULTS_DIR/<notebook stem>.json.
 
 Flat ``name: number | string | bool``, plus the tier the notebook ran on, and ``claims``:
-the lesson's measured sentences, each with its figures, condition and whether it held here
-(see :mod:`coursekit.claims`). Tests and the verify report read these files, never the
-notebook's printed text.
+the lesson's measured sentences, each with its figures, condition and outcome here (held,
+not held, no difference, skipped: see :mod:`coursekit.claims`). Tests and the verify report
+read these files, never the notebook's printed text.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import math
 import numbers
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 from .claims import Claim
@@ -38,9 +39,10 @@ def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = (
     setup.results_dir.mkdir(parents=True, exist_ok=True)
     path = setup.results_dir / f"{stem}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
-    held = sum(c.held for c in claims)
-    print(f"results -> {path}: {len(figures)} figures, {held} of {len(claims)} claims held "
-          "on this machine")
+    counts = Counter(c.outcome for c in claims)
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+    print(f"results -> {path}: {len(figures)} figures, {len(claims)} claims "
+          f"({outcomes or 'none'})")
     pairs = [f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
              for name, value in figures.items()]  # fmt: skip
     # packed, not one per line: the file has them all, the cell stays short

@@ -30,6 +30,7 @@ from jupyter_core.utils import run_sync  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from .cells import longest_output  # noqa: E402
+from .claims import NO_DIFFERENCE, NOT_HELD, OUTCOMES, SKIPPED, outcome_of  # noqa: E402
 from .config import ParameterError, check_parameters  # noqa: E402
 from .exercises import SOLUTIONS_ENV  # noqa: E402
 from .report import write_report  # noqa: E402
@@ -52,9 +53,12 @@ class NotebookReport:
     longest_output_lines: int = 0  # the most lines one cell printed (coursekit.cells)
     longest_output_cell: int | None = None  # that cell's index in the committed notebook
 
+    def claims_with(self, outcome: str) -> list:
+        return [c for c in self.claims if outcome_of(c) == outcome]
+
     @property
     def claims_not_held(self) -> list:
-        return [c for c in self.claims if not c["held"]]
+        return self.claims_with(NOT_HELD)
 
 
 def select(notebooks_dir: Path, wanted: list[str]) -> list[Path]:
@@ -158,22 +162,29 @@ def summary_table(reports: list[NotebookReport], figures_per_row: int = 4) -> st
             detail = f"cell {r.failed_cell}: {r.error}" if r.failed_cell is not None else r.error
         rows.append((r.notebook, r.status, f"{r.seconds:.1f}", detail))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [
-        "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows
-    ]
+    lines = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
     lines.insert(1, "-" * min(120, max(map(len, lines))))
     return "\n".join(lines)
 
 
 def claims_summary(reports: list[NotebookReport]) -> str:
-    """The claims that did not hold on this machine, per notebook: where the story differs."""
-    held = sum(len(r.claims) - len(r.claims_not_held) for r in reports)
-    total = sum(len(r.claims) for r in reports)
-    lines = [f"claims: {held} of {total} held on this machine"]
-    for r in reports:
-        for c in r.claims_not_held:
-            lines.append(f"  {r.notebook}: NOT HERE: {c['text']}")
-            lines.append(f"    true here: {c['otherwise'] or '(see the figures)'}")
+    """The claims counted by outcome, then those that did not hold, came out even, or could not
+    run, per notebook: where the story differs on this machine."""
+    counts = {o: sum(len(r.claims_with(o)) for r in reports) for o in OUTCOMES}
+    total = sum(counts.values())
+    lines = [f"claims: {total}: " + ", ".join(f"{n} {o}" for o, n in counts.items())]
+    shown = {NOT_HELD: "NOT HERE", NO_DIFFERENCE: "NO DIFFERENCE HERE", SKIPPED: "NOT RUN HERE"}
+    for outcome, label in shown.items():
+        for r in reports:
+            for c in r.claims_with(outcome):
+                lines.append(f"  {r.notebook}: {label}: {c['text']}")
+                true_here = (
+                    c["why_skipped"]
+                    if outcome == SKIPPED
+                    else (c["tie"] if outcome == NO_DIFFERENCE else c["otherwise"])
+                )
+                lines.append(f"    {'why' if outcome == SKIPPED else 'true here'}: "
+                             f"{true_here or '(see the figures)'}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -239,14 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     budgets = write_report(html_report, reports, select(args.notebooks_dir, []),
                            args.build / "executed", tier, parameters)  # fmt: skip
     rows = [{**asdict(r), "claims_not_held": r.claims_not_held,
+             "claims_outcomes": {o: len(r.claims_with(o)) for o in OUTCOMES},
              "class_minutes": budgets[r.notebook]["minutes"]} for r in reports]  # fmt: skip
     (args.build / "verify.json").write_text(
         json.dumps({"tier": tier, "parameters": parameters, "notebooks": rows}, indent=2) + "\n"
     )
     print(f"\nreport for the instructor: {html_report}")
     failed = [r.notebook for r in reports if r.status != "passed"]
-    print(f"\nexecuted copies in {args.build / 'executed'}; "
-          + (f"FAILED: {', '.join(failed)}" if failed else "all passed"))
+    print(
+        f"\nexecuted copies in {args.build / 'executed'}; "
+        + (f"FAILED: {', '.join(failed)}" if failed else "all passed")
+    )
     return 1 if failed else 0
 
 

@@ -8,20 +8,73 @@ import coursekit
 from coursekit.verify import NotebookReport, claims_summary
 
 
-def test_a_claim_that_holds_shows_its_sentence_and_figures():
+def test_a_claim_that_holds_shows_its_sentence_on_one_line():
     c = coursekit.claim("DDP ran {ratio:.2f}x faster than DP", "ratio > 1",
                         otherwise="DP ran {ratio:.2f}x DDP's speed here", ratio=1.5)
-    assert c.held is True and c.text == "DDP ran 1.50x faster than DP"
-    assert c.describe().startswith("✔ DDP ran 1.50x faster than DP (ratio = 1.5)")
+    assert c.held is True and c.outcome == "held" and c.text == "DDP ran 1.50x faster than DP"
+    assert c.describe() == "✔ DDP ran 1.50x faster than DP"
 
 
-def test_a_claim_that_fails_shows_what_is_true_here_instead():
+def test_a_claim_that_fails_shows_what_is_true_here_first():
     c = coursekit.claim("DDP ran {ratio:.2f}x faster than DP", "ratio > 1",
                         otherwise="DP ran {ratio:.2f}x DDP's speed here", ratio=0.8)
-    assert c.held is False
-    shown = c.describe()
-    assert "not on this machine: DDP ran 0.80x faster than DP" in shown
-    assert "What is true here: DP ran 0.80x DDP's speed here" in shown
+    assert c.held is False and c.outcome == "not held"
+    assert c.describe() == ("✘ DP ran 0.80x DDP's speed here "
+                            "(the lesson expected: DDP ran 0.80x faster than DP)")
+
+
+def ms(*values):
+    return [v / 1000 for v in values]
+
+
+def test_a_planted_tie_is_no_measurable_difference():
+    """Medians 1 % apart with rounds that cross: neither side won (notebook 07's race)."""
+    claims = coursekit.Claims()
+    c = claims.compare("DDP stepped {ratio:.2f}x faster", less=ms(28.2, 28.9, 27.9, 28.4),
+                       more=ms(28.5, 28.1, 28.6, 28.6), otherwise="mine stepped faster",
+                       tie="no measurable difference: {ratio_low:.2f}x to {ratio_high:.2f}x")
+    assert c.outcome == "no difference" and c.held is False
+    assert c.describe().startswith("≈ no measurable difference: 0.97x to 1.03x")
+    assert coursekit.outcome_of(c.as_record()) == "no difference"
+
+
+def test_a_comparison_outside_its_spread_holds_or_does_not():
+    kwargs = {"otherwise": "B was faster ({ratio:.2f}x)", "tie": "even"}
+    faster = coursekit.Claims().compare("A was {ratio:.2f}x faster", less=ms(10, 11, 10.5),
+                                        more=ms(15, 16, 15.5), **kwargs)
+    assert faster.outcome == "held" and faster.text == "A was 1.48x faster"
+    slower = coursekit.Claims().compare("A was {ratio:.2f}x faster", less=ms(15, 16, 15.5),
+                                        more=ms(10, 11, 10.5), **kwargs)
+    assert slower.outcome == "not held" and slower.sentence() == "B was faster (0.68x)"
+
+
+def test_unpaired_measurements_compare_their_quartiles():
+    # medians 10.5 vs 12.5, but the quartiles overlap: no difference
+    wide = coursekit.spread([8, 9, 10, 11, 13, 14], [9, 10, 12, 13, 14, 15], paired=False)
+    assert wide["ratio"] == pytest.approx(12.5 / 10.5) and wide["ratio_low"] < 1 < wide["ratio_high"]
+    narrow = coursekit.spread([9.9, 10, 10, 10.1], [11.9, 12, 12, 12.1], paired=False)
+    assert narrow["ratio_low"] > 1  # the quartiles apart: a result
+
+
+def test_a_comparison_needs_a_spread_and_its_own_figure_names():
+    with pytest.raises(ValueError, match="less= has 1 measurement"):
+        coursekit.spread([1.0], [2.0, 2.1])
+    with pytest.raises(ValueError, match="as many rounds"):
+        coursekit.spread([1.0, 1.1], [2.0, 2.1, 2.2])
+    with pytest.raises(ValueError, match="ratio are its own figures"):
+        coursekit.Claims().compare("x", [1, 2], [3, 4], otherwise="y", tie="z", ratio=2)
+
+
+def test_a_skipped_claim_is_not_false_and_has_no_figures():
+    claims = coursekit.Claims()
+    c = claims.skip("Slurm ran the sbatch script on 2 nodes", why="no Slurm on this machine")
+    assert c.outcome == "skipped" and c.figures == {} and c.held is False
+    assert c.describe() == ("– not run here: Slurm ran the sbatch script on 2 nodes: "
+                            "no Slurm on this machine")
+    assert coursekit.outcome_of(c.as_record()) == "skipped"
+    with pytest.raises(ValueError, match="why="):
+        claims.skip("x", why="")
+    assert claims.summary() == {"held": 0, "not held": 0, "no difference": 0, "skipped": 1}
 
 
 def test_conditions_compare_figures_with_numbers_and_with_each_other():
@@ -54,14 +107,19 @@ def test_results_files_carry_the_claims_and_verify_lists_those_not_held(setup):
     claims = coursekit.Claims()
     claims.check("A beats B", "a > b", otherwise="B beats A here", a=1, b=2)
     claims.check("A is positive", "a > 0", otherwise="A is not positive", a=1)
+    claims.compare("C beats D", less=[1, 1.2], more=[1.1, 1.1], otherwise="D", tie="C ties D")
+    claims.skip("E ran", why="no E here")
     path = coursekit.save_results("99_test", {"a": 1}, setup, claims=claims)
     record = json.loads(path.read_text())
-    assert [c["held"] for c in record["claims"]] == [False, True]
+    assert [c["outcome"] for c in record["claims"]] == ["not held", "held", "no difference",
+                                                         "skipped"]  # fmt: skip
     assert record["claims"][0]["figures"] == {"a": 1, "b": 2}
     report = NotebookReport("99_test", claims=record["claims"])
     summary = claims_summary([report])
-    assert "1 of 2 held" in summary and "NOT HERE: A beats B" in summary
-    assert "true here: B beats A here" in summary
+    assert "claims: 4: 1 held, 1 not held, 1 no difference, 1 skipped" in summary
+    assert "NOT HERE: A beats B" in summary and "true here: B beats A here" in summary
+    assert "NO DIFFERENCE HERE: C beats D" in summary and "true here: C ties D" in summary
+    assert "NOT RUN HERE: E ran" in summary and "why: no E here" in summary
 
 
 def test_a_figure_cannot_take_the_name_of_the_claims(setup):
