@@ -178,6 +178,15 @@ def claim_with(results, condition):
     return found[0]
 
 
+def comparison_starting(results, prefix):
+    """The one comparison claim (``Claims.compare``) of the results file whose sentence
+    starts with ``prefix``: its figures carry the measured spread."""
+    found = [c for c in results["claims"]
+             if c["tie_condition"] and c["text"].startswith(prefix)]  # fmt: skip
+    assert len(found) == 1, f"comparisons starting {prefix!r}: {found}"
+    return found[0]
+
+
 def assert_claims_contract(results: dict) -> None:
     """Every notebook states measured outcomes only as claims: each one's outcome follows from
     its own recorded figures, and each outcome has its sentence (a skipped claim: why, and no

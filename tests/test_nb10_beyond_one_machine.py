@@ -39,9 +39,15 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     assert sizes[0] == str(results["ranks_per_node"])
     assert results["elastic_joined"] is (sizes == ["1", "2"])
     # a real Slurm job where Slurm can be installed; elsewhere the notebook says why not
+    slurm = [c for c in results["claims"] if c["text"].startswith("Slurm ran the sbatch")]
+    assert len(slurm) == 1, results["claims"]
     if slurm_cluster.unavailable:
         assert results["slurm_job_state"].startswith("not run: "), results["slurm_job_state"]
+        # not tried is not false: skipped, with why, and no filled-in figures
+        assert slurm[0]["outcome"] == "skipped" and slurm[0]["figures"] == {}
+        assert slurm[0]["why_skipped"] == results["slurm_job_state"].removeprefix("not run: ")
     else:
+        assert slurm[0]["outcome"] == "held", slurm[0]
         assert results["slurm_job_state"] == "COMPLETED"
         assert results["slurm_world_size"] == 2 * results["slurm_ranks_per_node"]
         assert results["slurm_device"] == results["two_node_device"]
