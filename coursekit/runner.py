@@ -346,16 +346,17 @@ class RunResult:
 
     def log_hint(self) -> str:
         rank = self.failed_rank()
-        return f"result.log({rank}) prints rank {rank}'s lines" if rank is not None else (
-            "result.log() prints them")
+        if rank is None:
+            return ".log() of the returned run prints them"
+        return f".log({rank}) of the returned run prints rank {rank}'s lines"
 
     def closing_line(self) -> str:
         state = "" if self.ok else (" TIMED OUT," if self.timed_out else " FAILED,")
         if not self.torchrun:
             return (f"{self.name}: {self.seconds:.1f} s,{state} {len(self.lines)} lines in "
-                    f"{self.run_dir / 'output.log'} (result.log() prints them)")
+                    f"{self.run_dir / 'output.log'} (.log() of the returned run prints them)")
         return (f"{self.name}: {self.nproc} ranks, {self.seconds:.1f} s,{state} {len(self.lines)} "
-                f"lines in {self.log_dir} (result.log() prints them)")
+                f"lines in {self.log_dir} (.log() of the returned run prints them)")
 
 
 def _short(path: str) -> str:

@@ -87,7 +87,7 @@ def test_a_brief_headless_launch_prints_a_dozen_lines(setup, tmp_path, capsys, m
     assert 3 <= len(steps) <= runner.MAX_STEP_LINES
     assert not any("rank 1" in t for t in lines)  # other ranks stay in the log
     assert lines[-1] == (f"steps_200: 2 ranks, {run.seconds:.1f} s, {len(run.lines)} lines in "
-                         f"{run.log_dir} (result.log() prints them)")  # fmt: skip
+                         f"{run.log_dir} (.log() of the returned run prints them)")  # fmt: skip
     assert "\r" not in printed.out + printed.err and printed.err == ""  # no tqdm headless
 
 

@@ -55,7 +55,8 @@ def test_lines_stream_live(setup, capsys):
     assert arrivals["second line"] - arrivals["first line"] > 2.0
     printed = capsys.readouterr().out.splitlines()
     assert "[rank0] first line" in printed  # echo="all": every line, labelled by rank
-    assert printed[-1].startswith("behave: 2 ranks, ") and "result.log()" in printed[-1]
+    assert printed[-1].startswith("behave: 2 ranks, ")
+    assert ".log() of the returned run" in printed[-1]
 
 
 def test_lines_are_whole_and_marked_by_rank(setup):
@@ -133,7 +134,8 @@ def test_a_failure_is_never_cut_and_never_empty(setup, tmp_path, mode, expected)
     else:
         assert lines[1] == "  its last line: 'rank 1 ready'", message
         assert run.root_cause() == message  # no traceback to show: how it left, instead
-    assert lines[-1] == f"whole log: {run.log_dir} (result.log(1) prints rank 1's lines)"
+    assert lines[-1] == (f"whole log: {run.log_dir} "
+                         "(.log(1) of the returned run prints rank 1's lines)")
 
 
 def test_timeout_kills_every_process(setup, token):
@@ -416,13 +418,14 @@ def test_run_command_of_another_program_prints_its_own_lines(setup, capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[1:] == ["step 1/3", "step 2/3", "step 3/3", "done", (
         f"plain: {run.seconds:.1f} s, FAILED, 4 lines in {run.run_dir / 'output.log'} "
-        "(result.log() prints them)")]  # fmt: skip
+        "(.log() of the returned run prints them)")]  # fmt: skip
     lines = run.failure().splitlines()
     assert lines[0] == ("plain failed: the command failed, exit code 3: no Python traceback: "
                         "the process exited through os._exit(3) or sys.exit(3), or died in "
                         "native code")  # fmt: skip
     assert lines[1:] == ["  its last line: 'done'",
-                         f"whole log: {run.run_dir / 'output.log'} (result.log() prints them)"]
+                         f"whole log: {run.run_dir / 'output.log'} "
+                         "(.log() of the returned run prints them)"]
 
 
 @pytest.mark.parametrize("threads, policy, expected", [
