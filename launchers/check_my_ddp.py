@@ -232,7 +232,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--impl", action="append", required=True, help="FILE:CLASS[:overlap]")
     parser.add_argument("--bucket-mb", default="0.001,0.004,25",
-                        help="bucket sizes (MB) for wrappers that take bucket_mb")
+                        help="bucket sizes (MiB) for wrappers that take bucket_mb")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--accumulate", type=int, default=3,
                         help="micro-batches per step (the others under no_sync)")

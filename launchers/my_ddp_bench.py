@@ -118,7 +118,7 @@ def main():
     made = {"naive": wrapper_class(args.naive, "NaiveDDP")(copy.deepcopy(base)),
             "overlapped": wrapper_class(args.overlapped, "OverlappedDDP")(copy.deepcopy(base))}
     bucketed = wrapper_class(args.bucketed, "BucketedDDP")
-    made |= {f"bucketed {b:g} MB": bucketed(copy.deepcopy(base), bucket_mb=b) for b in sizes}
+    made |= {f"bucketed {b:g} MiB": bucketed(copy.deepcopy(base), bucket_mb=b) for b in sizes}
     trainers = {k: Trainer(m, args.batch, args.width, device, finish) for k, m in made.items()}
     ddp = DDP(copy.deepcopy(base), device_ids=[device.index] if device.type == "cuda" else None)
     trainers["torch DDP"] = Trainer(ddp, args.batch, args.width, device)

@@ -12,10 +12,10 @@ class BucketedDDP(nn.Module):
         super().__init__()
         self.module, self.sync = module, True  # sync: False inside no_sync()
         for tensor in [*module.parameters(), *module.buffers()]:  # as in step 1
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.detach(), src=0)
         params = [p for p in module.parameters() if p.requires_grad]
         # TODO 1: buckets (lists of parameters): walk params in REVERSE (backward fills the last
-        # layers first); close a bucket at bucket_mb MB (p.numel() * p.element_size() bytes)
+        # layers first); close it at bucket_mb MiB (2**20 bytes; p: p.numel() * p.element_size())
         self.buckets = [params]
         self.bucket_of = {p: i for i, bucket in enumerate(self.buckets) for p in bucket}
         self._reset()

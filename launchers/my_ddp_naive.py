@@ -8,8 +8,8 @@ class NaiveDDP(nn.Module):
     def __init__(self, module: nn.Module):
         super().__init__()
         self.module = module
-        # TODO 1: every rank starts from rank 0's weights: dist.broadcast(t.data, src=0) for
-        # every t in module.parameters() and module.buffers()
+        # TODO 1: every rank starts from rank 0's weights: dist.broadcast(t.detach(), src=0)
+        # for every t in module.parameters() and module.buffers()
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)

@@ -9,7 +9,7 @@ class OverlappedDDP(nn.Module):
         super().__init__()
         self.module = module
         for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)  # as in step 1
+            dist.broadcast(tensor.detach(), src=0)  # as in step 1
         self.handles = []
         # TODO 1: for every p that requires a gradient, p.register_post_accumulate_grad_hook(hook):
         # autograd calls hook(p) as soon as p.grad holds this step's gradient. There, start

@@ -12,14 +12,14 @@ class BucketedDDP(nn.Module):
         super().__init__()
         self.module = module
         for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.detach(), src=0)
         params = [p for p in module.parameters() if p.requires_grad]
         # reverse registration order: backward produces the last layers' gradients first
         self.buckets, current, size = [], [], 0
         for p in reversed(params):
             current.append(p)
             size += p.numel() * p.element_size()
-            if size >= bucket_mb * 2**20:
+            if size >= bucket_mb * 2**20:  # MiB, as bucket_cap_mb
                 self.buckets.append(current)
                 current, size = [], 0
         if current:

@@ -10,7 +10,7 @@ class NaiveDDP(nn.Module):
         self.module = module
         # every rank starts from rank 0's weights (and buffers), whatever its own seed made
         for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.detach(), src=0)  # the same memory, outside autograd
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)

@@ -9,7 +9,7 @@ class OverlappedDDP(nn.Module):
         super().__init__()
         self.module = module
         for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.detach(), src=0)
         self.handles = []
         for p in module.parameters():  # each shared (tied) parameter once
             if p.requires_grad:

@@ -13,7 +13,7 @@ REFERENCES = [f"{SOLUTIONS / 'ddp_naive.py'}:NaiveDDP",
               f"{SOLUTIONS / 'ddp_overlapped.py'}:OverlappedDDP:overlap",
               f"{SOLUTIONS / 'ddp_bucketed.py'}:BucketedDDP:overlap"]  # fmt: skip
 BROADCAST = """        for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.detach(), src=0)  # the same memory, outside autograd
 """
 # planted wrong solutions: (reference file, class, old text -> new text, the message's key words)
 WRONG = {
@@ -91,7 +91,7 @@ def test_planted_wrong_solutions_are_rejected_with_their_message(setup, tmp_path
         found = [next(remaining) for _ in range(4 if cls.startswith("BucketedDDP") else 1)]
         assert found[0]["ok"] is False, name
         assert any(words in problem for problem in found[0]["problems"]), (name, found[0])
-        if name == "forward_buckets":  # one bucket of 25 MB cannot overlap: nothing to reject
+        if name == "forward_buckets":  # one bucket of 25 MiB cannot overlap: nothing to reject
             assert [c["ok"] for c in found] == [False, False, True, True]
     rest = list(remaining)
     assert [c["wrapper"] for c in rest] == ["NaiveDDP", "OverlappedDDP"] + ["BucketedDDP"] * 4
