@@ -3,9 +3,10 @@
     torchrun --nproc-per-node 2 launchers/allreduce_bench.py --max-bytes 64M
 
 For each size: warm-up calls, then --iters timed calls, each started together after a
-barrier; a call's time is the slowest rank's, and we keep the median over the calls.
+barrier; a call's time is the slowest rank's, and we keep the median over the calls
+(metrics.json also keeps every call's time: rounds, ring_rounds, bucket/per_tensor_rounds).
     algbw = bytes / time                  (what one rank's buffer sees)
-    busbw = algbw * 2 (n - 1) / n         (what each link carries in a ring all-reduce)
+    busbw = algbw * 2 (p - 1) / p         (p ranks: what each link carries in a ring)
 Also, in the same rounds (so that every figure sees the same machine):
   --ring FILE    the ring_all_reduce() of FILE on the same sizes, to compare with the library;
   --model-width  the gradients of an MLP, all-reduced as one flat bucket (as DDP does)
@@ -142,8 +143,9 @@ def main():
     dist.all_gather_object(per_rank, times)
     if rank == 0:
         # a collective is done when its slowest rank is: max over ranks, then median over calls
-        median = {name: statistics.median(max(r[name][i] for r in per_rank)
-                                          for i in range(args.iters)) for name in calls}
+        slowest = {name: [max(r[name][i] for r in per_rank) for i in range(args.iters)]
+                   for name in calls}
+        median = {name: statistics.median(times) for name, times in slowest.items()}
         rows = []
         print(f"{'bytes':>10} {'time_us':>10} {'algbw_GBps':>11} {'busbw_GBps':>11}  ({backend}, "
               f"{world_size} ranks, median of {args.iters}; "
@@ -152,9 +154,11 @@ def main():
             t = median[f"library {size}"]
             algbw = size / t
             busbw = algbw * 2 * (world_size - 1) / world_size
-            row = {"bytes": size, "seconds": t, "algbw": algbw, "busbw": busbw}
+            row = {"bytes": size, "seconds": t, "algbw": algbw, "busbw": busbw,
+                   "rounds": slowest[f"library {size}"]}
             if args.ring:
                 row["ring_seconds"] = median[f"ring {size}"]
+                row["ring_rounds"] = slowest[f"ring {size}"]
             rows.append(row)
             if i % 4 == 0 or size == sizes[-1]:
                 print(f"{size:>10} {t * 1e6:>10.1f} {algbw / 1e9:>11.3f} {busbw / 1e9:>11.3f}")
@@ -165,7 +169,9 @@ def main():
         if grads:
             metrics["grad"] = {"tensor_bytes": [g.numel() * 4 for g in grads],
                                "bucket_seconds": median["grad bucket"],
-                               "per_tensor_seconds": median["grad per tensor"]}
+                               "per_tensor_seconds": median["grad per tensor"],
+                               "bucket_rounds": slowest["grad bucket"],
+                               "per_tensor_rounds": slowest["grad per tensor"]}
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
             json.dump(metrics, f)

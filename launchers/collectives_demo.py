@@ -65,7 +65,7 @@ def main():
     print("hello from", json.dumps(identity))
 
     # 2. the collectives, each on freshly tagged tensors
-    n, length = world_size, args.length
+    p, length = world_size, args.length
     seen = {}  # op name -> {"before": [...], "after": [...]} on this rank
 
     # broadcast: rank 0's tensor is copied to every rank
@@ -88,12 +88,12 @@ def main():
 
     # all_gather: every rank ends with every rank's tensor, in rank order
     x = tagged(rank, length, device)
-    gathered = torch.empty(n * length, device=device)
+    gathered = torch.empty(p * length, device=device)
     dist.all_gather_single(gathered, x)
     seen["all_gather"] = {"before": x.tolist(), "after": gathered.tolist()}
 
-    # reduce_scatter: sum over ranks, then rank r keeps only the r-th of n equal chunks
-    x = tagged(rank, n * length, device)
+    # reduce_scatter: sum over ranks, then rank r keeps only the r-th of p equal chunks
+    x = tagged(rank, p * length, device)
     mine = torch.empty(length, device=device)
     dist.reduce_scatter_single(mine, x, op=dist.ReduceOp.SUM)
     seen["reduce_scatter"] = {"before": x.tolist(), "after": mine.tolist()}
@@ -101,8 +101,8 @@ def main():
     # send/recv: each rank sends to its right neighbour and receives from its left one
     x = tagged(rank, length, device)
     inbox = torch.full((length,), -1.0, device=device)
-    right, left = (rank + 1) % n, (rank - 1) % n
-    if n > 1:
+    right, left = (rank + 1) % p, (rank - 1) % p
+    if p > 1:
         ops = [dist.P2POp(dist.isend, x, right), dist.P2POp(dist.irecv, inbox, left)]
         for request in dist.batch_isend_irecv(ops):  # both at once: nobody waits for the other
             request.wait()

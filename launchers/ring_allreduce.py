@@ -34,10 +34,10 @@ def exchange(send_buf, recv_buf, group=None):
     Both are posted at once: if every rank first sent and then received, every rank could
     wait for its neighbour to receive, forever (NCCL does exactly that).
     """
-    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    rank, p = dist.get_rank(group), dist.get_world_size(group)
     ops = [
-        dist.P2POp(dist.isend, send_buf, group=group, group_peer=(rank + 1) % n),
-        dist.P2POp(dist.irecv, recv_buf, group=group, group_peer=(rank - 1) % n),
+        dist.P2POp(dist.isend, send_buf, group=group, group_peer=(rank + 1) % p),
+        dist.P2POp(dist.irecv, recv_buf, group=group, group_peer=(rank - 1) % p),
     ]
     for request in dist.batch_isend_irecv(ops):
         request.wait()
@@ -46,21 +46,21 @@ def exchange(send_buf, recv_buf, group=None):
 def ring_all_reduce(tensor, group=None):
     """Sum `tensor` over the ranks of `group`, in place (like dist.all_reduce), with a ring.
 
-    The n ranks cut the tensor into n chunks (torch.tensor_split: lengths may differ by one,
-    and chunks may be empty when the tensor has fewer than n elements).
-    1. reduce-scatter, n - 1 steps: at step s rank r sends its chunk (r - s) % n to the right,
-       receives chunk (r - s - 1) % n from the left and adds it to its own chunk.
-       Afterwards rank r holds the complete sum of chunk (r + 1) % n.
-    2. all-gather, n - 1 steps: at step s rank r sends chunk (r + 1 - s) % n to the right and
-       receives chunk (r - s) % n from the left straight into place, overwriting its own.
+    The p ranks cut the tensor into p chunks (torch.tensor_split: lengths may differ by one,
+    and chunks may be empty when the tensor has fewer than p elements).
+    1. reduce-scatter, p - 1 steps: at step s rank r sends its chunk (r - s) % p to the right,
+       receives chunk (r - s - 1) % p from the left and adds it to its own chunk.
+       Afterwards rank r holds the complete sum of chunk (r + 1) % p.
+    2. all-gather, p - 1 steps: at step s rank r sends chunk (r + 1 - s) % p to the right and
+       receives chunk (r - s) % p from the left straight into place, overwriting its own.
     """
-    rank, n = dist.get_rank(group), dist.get_world_size(group)
-    chunks = tensor.view(-1).tensor_split(n)  # views: writing into a chunk writes into tensor
-    for step in range(n - 1):  # 1. reduce-scatter
+    rank, p = dist.get_rank(group), dist.get_world_size(group)
+    chunks = tensor.view(-1).tensor_split(p)  # views: writing into a chunk writes into tensor
+    for step in range(p - 1):  # 1. reduce-scatter
         # TODO: exchange(chunks[...], incoming, group) with a fresh buffer `incoming`
         # (torch.empty_like), then add it to the right chunk
         pass
-    for step in range(n - 1):  # 2. all-gather
+    for step in range(p - 1):  # 2. all-gather
         # TODO: exchange(chunks[...], chunks[...], group)
         pass
 
