@@ -5,8 +5,9 @@
 
 What it adds to a single-node DDP script:
 - every rank prints who it is: RANK, LOCAL_RANK, GROUP_RANK (its node), WORLD_SIZE;
-- a checkpoint every --save-every steps, written by rank 0 to a temporary file and
-  renamed over the last one (a crash mid-write never leaves a torn checkpoint);
+- a checkpoint every --save-every steps, written by rank 0 to a temporary file, synced to
+  disk and renamed over the last one (a crash or a power cut mid-write never leaves a torn
+  checkpoint);
 - on start it resumes from that checkpoint if there is one: after torchrun restarts a
   failed group (--max-restarts), training continues where the checkpoint left it;
 - the batch of step s is the same whatever the world size: a global batch drawn from
@@ -52,9 +53,17 @@ def global_batch(step, size):
 def save_checkpoint(path, model, optimizer, step):
     """Model, optimizer (its momentum) and step, to a temporary file renamed over `path`."""
     tmp = f"{path}.tmp"
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "step": step}, tmp)
+    with open(tmp, "wb") as f:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "step": step}, f)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename: a power cut cannot leave it torn
     os.replace(tmp, path)  # atomic: readers see the old checkpoint or the new one
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename on disk too, or a power cut may bring the old one back
+    finally:
+        os.close(folder)
 
 
 def main():

@@ -67,6 +67,30 @@ def test_the_node_ranks_are_sorted_not_by_arrival():
     assert "enumerate(sorted(state.participants))" in inspect.getsource(dr)
 
 
+def test_the_store_facts_are_this_torchs():
+    """What section 4 says about the workers' store, as this torch's c10d rendezvous does it:
+    by default a TCPStore server the rank-0 agent starts beside the rendezvous's and keeps
+    for every later round (the workers are its clients); with
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 each round gets a fresh one on a free port. And the
+    launcher's checkpoint is synced to disk before the rename, and its folder after."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+    from torch.distributed.rendezvous import _create_c10d_store
+
+    handler = inspect.getsource(dr.DynamicRendezvousHandler.next_rendezvous)
+    assert "self._shared_tcp_store_server = self._create_tcp_store_server(" in handler
+    assert "self._bootstrap_store_info is None or" in handler  # made once, then reused
+    assert 'os.getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0") == "1"' in handler
+    assert "get_free_port()" in inspect.getsource(api.RendezvousStoreInfo.build)
+    assert "is_master=False" in inspect.getsource(_create_c10d_store)
+    source = (ROOT / "launchers" / "multinode_train.py").read_text()
+    order = [source.index(s) for s in ("os.fsync(f.fileno())", "os.replace(tmp, path)",
+                                       "os.fsync(folder)")]
+    assert order == sorted(order)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("capability, threads", [
     ("default", 1), ("avx2", 2)])  # 3 launches each; this machine's kernels: the notebook's run
