@@ -5,8 +5,9 @@
 Each rank reads its own shard, and the shards differ in length: rank r has
 `--batches + r` batches (think: one file per rank, no DistributedSampler to even them
 out). Inside `with Join([ddp_model]):` a rank that runs out of batches keeps answering the
-others' all-reduces with zeros ("shadowing" them) until every rank is done; DDP still
-divides by the initial world size (divide_by_initial_world_size=True, Join's default).
+others' collectives ("shadowing" them: the forward's buffer broadcast, the gradient
+all-reduces with zeros) until every rank is done; DDP still divides by the initial world
+size (divide_by_initial_world_size=True, the default of DDP's join hook).
 """
 
 import argparse

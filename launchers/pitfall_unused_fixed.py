@@ -3,10 +3,12 @@
     torchrun --nproc-per-node 2 launchers/pitfall_unused_fixed.py
 
 (a) `find_unused_parameters=True`: after every forward DDP walks the autograd graph to find
-    the parameters that will get no gradient, and marks them ready itself.
+    the parameters that will get no gradient, and marks them ready itself; after backward
+    it all-reduces a map of the parameters each rank used (one more collective per step).
 (b) the better fix: every parameter takes part in every step (the auxiliary loss is always
     computed, weighted 0 on the steps that do not want it), and DDP needs no search.
 Both are trained in the same run, step for step alternately, so their step times compare.
+Each step's collectives are counted with the process group's sequence number.
 """
 
 import argparse
@@ -78,6 +80,8 @@ def main():
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
         variants[name] = (model, ddp_model, optimizer)
     times = {name: [] for name in variants}
+    calls = {name: [] for name in variants}  # collectives per step
+    group = dist.distributed_c10d._get_default_group()  # every collective advances its count
     x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
 
     for step in range(args.steps):
@@ -87,6 +91,7 @@ def main():
         for name, (_model, ddp_model, optimizer) in variants.items():
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # nothing queued from before counts as this step
+            before = group._get_sequence_number_for_group()
             tick = time.perf_counter()
             if name == "find_unused":  # (a) the branch stays conditional; DDP searches
                 logits, aux_logits = ddp_model(x, use_aux=step % 2 == 0)
@@ -103,6 +108,7 @@ def main():
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # GPU work is asynchronous: time it, not its launch
             times[name].append(time.perf_counter() - tick)
+            calls[name].append(group._get_sequence_number_for_group() - before)
         if rank == 0:
             print(f"step {step}  loss {loss.item():.4f}", flush=True)
 
@@ -110,10 +116,12 @@ def main():
     gathered = [None] * world_size
     dist.gather_object({"checksum": checksum}, gathered if rank == 0 else None)
     if rank == 0:
+        buckets = {n: v[1]._get_ddp_logging_data()["num_buckets_reduced"]  # in the last step
+                   for n, v in variants.items()}
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            median = {n: sorted(t[1:])[len(t[1:]) // 2] for n, t in times.items()}
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "steps": args.steps, "step_s_median": median}, f)
+                       "steps": args.steps, "step_s": times, "collectives_per_step": calls,
+                       "buckets": buckets}, f)
     del variants, ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 
