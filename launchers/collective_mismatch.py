@@ -7,9 +7,10 @@
   Plain, the backend pairs them anyway: a crash or a wrong result, with no word of why.
   With TORCH_DISTRIBUTED_DEBUG=DETAIL every collective is checked first across ranks,
   and the error names the operation and the shapes.
---case skip: rank 0 skips an all-reduce the others make, then all call monitored_barrier,
-  which names the ranks that did not arrive. It is gloo's: on NCCL it runs on a gloo group
-  made for it, and the others wait for their all-reduce to finish (NCCL only queues it).
+--case skip: rank 0 skips an all-reduce the others make, then all call monitored_barrier.
+  Rank 0 reaches it and names the ranks that did not: the others, still waiting in the
+  all-reduce it skipped. It is gloo's: on NCCL it runs on a gloo group made for it, and the
+  others wait for their all-reduce to finish (NCCL only queues it).
 """
 
 import argparse
@@ -59,7 +60,8 @@ def main():
             dist.all_reduce(torch.ones(1, device=device))
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # NCCL only queued it: wait here, as gloo does
-        dist.monitored_barrier(monitor, timeout=args.pg_timeout and args.pg_timeout / 2)
+        dist.monitored_barrier(monitor, timeout=args.pg_timeout and args.pg_timeout / 2,
+                               wait_all_ranks=True)  # name every rank missing, not the first
     dist.destroy_process_group()
 
 

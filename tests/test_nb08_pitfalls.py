@@ -27,6 +27,12 @@ def assert_every_pitfall(r):
     for name in ("hang", "desync"):
         assert r[f"{name}_seconds"] > r["pg_timeout_s"]
     assert r["mismatch_plain_named_it"] is False  # without DETAIL nothing names the shapes
+    claims = {c["text"].split(",")[0].split(":")[0]: c for c in r["claims"]}
+    # monitored_barrier named the ranks that waited in the skipped all-reduce, not rank 0
+    assert claims["monitored_barrier"]["outcome"] == "held", claims["monitored_barrier"]
+    # DETAIL cannot see the out-of-phase steps: held, or skipped where DDP cannot run under it
+    detail = claims["Under TORCH_DISTRIBUTED_DEBUG=DETAIL the skipped step raised nothing"]
+    assert detail["outcome"] in ("held", "skipped"), detail
 
 
 @pytest.mark.slow
@@ -56,6 +62,7 @@ def test_the_facts_the_notebooks_teach_are_this_torchs():
     from torch.distributed.elastic.agent.server import local_elastic_agent
     from torch.nn.modules import _functions
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import distributed
 
     assert constants.default_pg_timeout == timedelta(minutes=30)  # gloo
     if constants.default_pg_nccl_timeout is not None:  # a build with NCCL
@@ -70,13 +77,34 @@ def test_the_facts_the_notebooks_teach_are_this_torchs():
         assert '"TORCH_NCCL_DUMP_ON_TIMEOUT"' in (c10d / "ProcessGroupNCCL.hpp").read_text()
         recorder = (c10d / "FlightRecorder.hpp").read_text()
         assert '{"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}, 2000' in recorder
-    # torchrun's agent turns on NCCL's async error handling (the watchdog ends the process)
-    assert '"TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv(' in inspect.getsource(local_elastic_agent)
+    # torchrun's agent sets NCCL's async error handling to 1 (tear down); without torchrun
+    # the default is 3 (SkipCleanUp: tear down without aborting the communicators)
+    agent = inspect.getsource(local_elastic_agent)
+    assert '"TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv(' in agent
+    assert '"TORCH_NCCL_ASYNC_ERROR_HANDLING", str(1)' in agent
+    if c10d.is_dir():
+        nccl = (c10d / "ProcessGroupNCCL.hpp").read_text()
+        assert "the default value (3 - SkipCleanUp)" in nccl and "SkipCleanUp = 3" in nccl
+    # monitored_barrier: rank 0 reports the ranks that did not reach it
+    barrier = inspect.getsource(torch.distributed.monitored_barrier)
+    assert "Rank 0 will block until all send /recv from other ranks are processed" in barrier
+    assert "wait_all_ranks" in inspect.signature(torch.distributed.monitored_barrier).parameters
+    # DDP leaves parameters that need no gradient out of its buckets (a frozen branch never
+    # raises the unused-parameter error), and its join hook mirrors find_unused_parameters'
+    # all-reduce of the used-parameter map
+    assert "if param.requires_grad" in inspect.getsource(DDP._build_params_for_reducer)
+    main_hook = inspect.getsource(distributed._DDPJoinHook.main_hook)
+    assert "if ddp.find_unused_parameters:" in main_hook
+    assert "ddp._match_unused_params_allreduce()" in main_hook
     # and the notebooks say so, not the old "10 minutes (the default)"
     for stem in ("08_pitfalls_and_debugging", "09_pitfalls_in_real_training"):
         assert "30 minutes with gloo and 10 with NCCL" in markdown(stem), stem
     real = markdown("09_pitfalls_in_real_training")
     assert "divide_by_initial_world_size=True" in real and "all-gathers" in real
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" in real and "static_graph=True" in real
+    assert "all_reduce_local_used_map" in real and "never raises the error" in real
     both = markdown("08_pitfalls_and_debugging", "09_pitfalls_in_real_training")
     assert "10 minutes (the default" not in both
+    assert "segfault" not in both  # what DDP does under DETAIL is a claim of notebook 08's run
+    debugging = markdown("08_pitfalls_and_debugging")
+    assert "PYTHONUNBUFFERED=1" in debugging and "8 KiB" in debugging
