@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import matplotlib.pyplot as plt
 import numpy as np
+import psutil
 import torch
 
 MB = 2**20
@@ -71,6 +72,35 @@ class Ledger:
         """{what: bytes} that ``device`` held at its own peak."""
         phase = max(self.phases, key=lambda ph: self.phases[ph][device])
         return self.breakdown[phase][device] or {}
+
+
+class OtherLoad:
+    """The CPU that other processes used while the block ran, in cores (1.0: one core's
+    worth): the system's busy time less this process's and its children's."""
+
+    def __enter__(self):
+        self.start = self._times()
+        return self
+
+    def __exit__(self, *exc):
+        (busy0, ours0, t0), (busy1, ours1, t1) = self.start, self._times()
+        self.cores = max(0.0, (busy1 - busy0) - (ours1 - ours0)) / (t1 - t0)
+
+    @staticmethod
+    def _times():
+        cpu, me = psutil.cpu_times(), psutil.Process()
+        busy = sum(getattr(cpu, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        ours = 0.0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                ours += sum(p.cpu_times()[:2])  # user + system
+            except psutil.NoSuchProcess:
+                pass
+        return busy, ours, time.perf_counter()
+
+    def figures(self):
+        """For a claim: ``others`` (cores other processes kept busy) and ``cores``."""
+        return {"others": self.cores, "cores": psutil.cpu_count()}
 
 
 def saved_bytes(known):
@@ -178,7 +208,7 @@ def plot_ledger(ledgers, ks):
         right.annotate(f"{a / b:.2f}x", (k, a), textcoords="offset points", xytext=(0, 6),
                        ha="center", fontsize=8)
     right.set(xlabel="virtual devices K", ylabel="peak MB (ledger)", ylim=(0, 1.15 * max(dev0)),
-              xticks=multi, title="peaks against K: device 0 keeps its load, the others' shrinks")
+              xticks=multi, title="peaks against K (ledger): device 0 and the busiest other device")
     right.legend(loc="lower left")
     fig.tight_layout()
     plt.show()
