@@ -70,10 +70,17 @@ def main():
         if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
             print(f"step {step:3d}  loss {loss.item():.4f}")
 
-    # every rank sends its losses and a parameter checksum to rank 0
-    checksum = sum(p.double().sum().item() for p in model.parameters())
+    # is this replica rank 0's, bit for bit? compare every tensor with rank 0's copy of it
+    params, differing = list(model.parameters()), 0
+    for p in params:
+        rank0s = p.detach().clone()
+        dist.broadcast(rank0s, src=0)  # every rank now holds rank 0's values of this tensor
+        differing += not torch.equal(p.detach(), rank0s)
+    checksum = sum(p.double().sum().item() for p in params)  # to compare with other runs
+    mine = {"losses": losses, "tensors": len(params), "differing_tensors": differing,
+            "checksum": checksum}
     gathered = [None] * world_size
-    dist.gather_object({"losses": losses, "checksum": checksum}, gathered if rank == 0 else None)
+    dist.gather_object(mine, gathered if rank == 0 else None)  # every rank's record, on rank 0
     if rank == 0:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:

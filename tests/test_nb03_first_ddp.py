@@ -12,7 +12,8 @@ def test_first_ddp_run(nproc, tmp_path):
     assert results["loss_fell_on_every_rank"] is True
     assert results["worst_last_to_first_ratio"] < 0.5
     assert results["last_loss_rank0"] < results["first_loss_rank0"]
-    assert results["replicas_identical"] is True
+    # every rank's parameters compared with rank 0's by torch.equal, not by a checksum
+    assert results["replicas_identical"] is True and results["differing_tensors"] == 0
     # the mp.spawn form runs on the CPU tier too (gloo), one line per rank, and trains what
     # the torchrun form trains (the same program: checked loosely here, shown exactly)
     assert results["classic_form"] == "ran" or results["classic_form"].startswith("skipped")
