@@ -6,7 +6,7 @@ What it trains: a compact CNN (`Net`) on a synthetic image-classification set ma
 code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
 glyph at a random place. Every rank trains on its own shard of the data.
 
-Options: `--help`. The defaults train in about a minute on 2 CPU cores; scale up for GPUs.
+Options: `--help`. On GPUs, scale the defaults up (`--width`, `--train-size`).
 """
 
 import argparse
