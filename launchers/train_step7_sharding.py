@@ -1,9 +1,10 @@
 """Beyond DDP (notebook 11): the same training, with the state sharded across ranks.
 
-    torchrun --nproc-per-node 2 launchers/train_step7_sharding.py --strategy fsdp
+    torchrun --nproc-per-node 2 launchers/train_step7_sharding.py --strategy ddp fsdp
 
 Notebook 05's training script (step 6), kept to its core (no accumulation, AMP, compile,
-TensorBoard or resume, to keep the diff readable), with one new choice, --strategy:
+TensorBoard or resume, to keep the diff readable), with one new choice, --strategy (one
+or more: each trains from the same seed in turn, in the same processes):
   ddp    every rank holds all parameters, gradients and optimizer state (AdamW: 2 moments)
   zero   DDP + ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share
          of the parameters, steps them, and broadcasts them to the others (ZeRO stage 1)
@@ -17,14 +18,14 @@ torch.cuda.max_memory_allocated, the tensors only).
 Options: as step 6 (--width --image-size --classes --train-size --noise --norm
 --epochs --batch-size --lr --warmup), plus
   --depth D          D extra conv blocks of width 2W: a deeper model, many equal tensors
-  --strategy ddp|zero|fsdp
-  --dtype float32|float64   the parameters' and data's dtype: float64 for comparing the
-                     strategies' trained parameters at the level of the mathematics
-  --dcp DIR          save a distributed checkpoint (torch.distributed.checkpoint) to DIR,
-                     load it back into a fresh model of the same strategy, and compare
-                     (ddp or fsdp: DCP cannot save a ZeroRedundancyOptimizer)
-  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json, DIR/params.pt (the full
-                     trained parameters) and DIR/probe.pt (a probe batch and its outputs)
+  --strategy ddp|zero|fsdp [...]
+  --dtype float32|float64 [...]   the parameters' and data's dtype: float64 for comparing
+                     the strategies' trained parameters at the level of the mathematics
+  --dcp DIR          the FSDP2 runs save a distributed checkpoint (torch.distributed.checkpoint)
+                     under DIR, load it back into a fresh FSDP2 model, and compare
+  --device cpu|cuda --out DIR   rank 0 writes DIR/metrics.json (every run's figures) and,
+                     per run, DIR/<strategy>-<dtype>/params.pt (the full trained parameters)
+                     and probe.pt (a probe batch and its outputs)
 """
 
 import argparse
@@ -166,6 +167,19 @@ def full_state(model):
             for k, v in model.state_dict().items()}  # fmt: skip
 
 
+def reset_peak_memory(device):
+    """Start a new peak: the allocator's on a GPU; on Linux the process's own (VmHWM, through
+    /proc/self/clear_refs), so that every run in this process has a peak of its own."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux: the process's peak since it started
+        pass
+
+
 def peak_memory(device):
     """This process's peak: tensors on the GPU, or the whole process (RSS, in bytes) on CPU."""
     if device.type == "cuda":
@@ -174,18 +188,18 @@ def peak_memory(device):
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
 
 
-def checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out):
+def checkpoint_round_trip(model, optimizer, strategy, folder, args, device, probe_x, probe_out):
     """Save a distributed checkpoint, load it into a fresh model wrapped the same way, and
     return the largest difference of the two models' outputs on the probe batch."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.dcp)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder)
     torch.manual_seed(1)  # a fresh model with other weights
     fresh = Net(args.classes, args.width, args.norm, args.depth).to(device, probe_x.dtype)
-    fresh, fresh_optimizer = wrap(fresh, args.strategy, device, args.lr)
+    fresh, fresh_optimizer = wrap(fresh, strategy, device, args.lr)
     inner = fresh.module if isinstance(fresh, DDP) else fresh
     model_state, optim_state = get_state_dict(inner, fresh_optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=args.dcp)  # each rank reads the shards it owns
+    dcp.load(state, checkpoint_id=folder)  # each rank reads the shards it owns
     set_state_dict(inner, fresh_optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     fresh.eval()
@@ -193,48 +207,12 @@ def checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out):
         return (fresh(probe_x).cpu() - probe_out).abs().max().item()
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--width", type=int, default=16)
-    parser.add_argument("--depth", type=int, default=1)
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=8)
-    parser.add_argument("--train-size", type=int, default=4096)
-    parser.add_argument("--noise", type=float, default=0.3)
-    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
-    parser.add_argument("--strategy", choices=["ddp", "zero", "fsdp"], default="ddp")
-    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--dcp", default=None, help="folder for a distributed checkpoint")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
-    args = parser.parse_args()
-    if args.dcp and args.strategy == "zero":  # its state is per rank, not in DCP's format
-        parser.error("--dcp works with ddp and fsdp; ZeroRedundancyOptimizer saves with "
-                     "consolidate_state_dict(to=0) and torch.save on rank 0")
-
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-        # the strategies are compared weight by weight: no run-to-run kernel noise (cuDNN's
-        # nondeterministic, TF32 convolutions), which AdamW would grow into lr-sized steps
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+def train(strategy, dtype, args, device, out):
+    """One training run from seed 0: what each rank held, its step times, the trained model."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    reset_peak_memory(device)
     memory_before = peak_memory(device)  # torch imported, process group up, no model yet
-
     torch.manual_seed(0)  # the same initial weights everywhere, whatever the strategy
-    dtype = getattr(torch, args.dtype)
     model = Net(args.classes, args.width, args.norm, args.depth).to(device, dtype)
     n_params = sum(p.numel() for p in model.parameters())
     size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
@@ -242,16 +220,18 @@ def main():
     train_x = train_x.to(dtype)
     # measured on a copy, before wrapping: its forward updates BatchNorm's running statistics
     saved_bytes = activation_bytes(copy.deepcopy(model), train_x[: args.batch_size].to(device))
-    train_model, optimizer = wrap(model, args.strategy, device, args.lr)
+    train_model, optimizer = wrap(model, strategy, device, args.lr)
+    # the peak from here on: the whole model and the copy above existed only before sharding
+    reset_peak_memory(device)
 
     train_set = TensorDataset(train_x, train_y)
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     total_steps = args.epochs * len(loader)
     if rank == 0:
-        print(f"strategy {args.strategy}: {n_params} parameters, {total_steps} steps of "
-              f"{args.batch_size * world_size} samples over {world_size} rank(s); "
-              f"backend {backend}")
+        print(f"strategy {strategy}, {str(dtype).split('.')[1]}: {n_params} parameters, "
+              f"{total_steps} steps of {args.batch_size * world_size} samples over {world_size} "
+              "rank(s)", flush=True)
 
     losses, step_times, step = [], [], 0
     for epoch in range(args.epochs):
@@ -278,7 +258,7 @@ def main():
             "grad_bytes": grad_bytes, "optimizer_bytes": optimizer_state_bytes(optimizer),
             "activation_bytes": saved_bytes, "peak_before_model": memory_before,
             "peak": peak_memory(device)}  # fmt: skip
-    if args.strategy == "ddp" or rank == 0:  # ZeRO/FSDP: rank 0's view, DDP: every rank's
+    if strategy == "ddp" or rank == 0:  # ZeRO/FSDP: rank 0's view, DDP: every rank's
         print(f"rank {rank}: parameters {held['param_bytes']} B, gradients {grad_bytes} B, "
               f"optimizer state {held['optimizer_bytes']} B", flush=True)
     for buffer in model.buffers():  # BatchNorm running stats: each rank updated its own copy;
@@ -290,23 +270,69 @@ def main():
         probe_out = train_model(probe_x).cpu()
 
     reload_diff = None
-    if args.dcp:  # each rank writes its own shards, in parallel; nothing is gathered
-        reload_diff = checkpoint_round_trip(model, optimizer, args, device, probe_x, probe_out)
-
+    if args.dcp and strategy == "fsdp":  # each rank writes its own shards; nothing is gathered
+        folder = os.path.join(args.dcp, os.path.basename(out))
+        reload_diff = checkpoint_round_trip(model, optimizer, strategy, folder, args, device,
+                                            probe_x, probe_out)
     gathered = [None] * world_size
     dist.gather_object(held, gathered if rank == 0 else None)
     if rank == 0:
-        torch.save(params, os.path.join(args.out, "params.pt"))
-        torch.save({"x": probe_x.cpu(), "out": probe_out}, os.path.join(args.out, "probe.pt"))
-        timed = sorted(step_times[2:] or step_times)  # the first steps warm up
+        os.makedirs(out, exist_ok=True)
+        torch.save(params, os.path.join(out, "params.pt"))
+        torch.save({"x": probe_x.cpu(), "out": probe_out}, os.path.join(out, "probe.pt"))
+    del train_model  # release DDP before the next run and the process group (ddp_first_run.py)
+    return {"ranks": gathered, "strategy": strategy, "dtype": str(dtype).split(".")[1],
+            "n_params": n_params, "steps": step, "losses": losses,
+            "step_times_s": step_times[2:] or step_times,  # the first steps warm up
+            "dcp_reload_max_diff": reload_diff}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--width", type=int, default=16)
+    parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--classes", type=int, default=8)
+    parser.add_argument("--train-size", type=int, default=4096)
+    parser.add_argument("--noise", type=float, default=0.3)
+    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
+    parser.add_argument("--strategy", nargs="+", choices=["ddp", "zero", "fsdp"], default=["ddp"])
+    parser.add_argument("--dtype", nargs="+", choices=["float32", "float64"], default=["float32"])
+    parser.add_argument("--dcp", default=None, help="folder for the FSDP2 runs' checkpoints")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+        # the strategies are compared weight by weight: no run-to-run kernel noise (cuDNN's
+        # nondeterministic, TF32 convolutions), which AdamW would grow into lr-sized steps
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    if rank == 0:
+        print(f"{world_size} rank(s), backend {backend}", flush=True)
+
+    runs = {}  # every strategy in turn, in these same processes: one start-up for them all
+    for dtype in args.dtype:
+        for strategy in args.strategy:
+            name = f"{strategy}-{dtype}"
+            runs[name] = train(strategy, getattr(torch, dtype), args, device,
+                               os.path.join(args.out, name))
+    if rank == 0:
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "strategy": args.strategy, "dtype": args.dtype, "n_params": n_params,
-                       "steps": step,
-                       "losses": losses, "step_time_median_s": timed[len(timed) // 2],
+            json.dump({"world_size": world_size, "backend": backend, "runs": runs,
                        "memory_kind": "cuda_max_allocated" if device.type == "cuda"
-                       else "peak_rss", "dcp_reload_max_diff": reload_diff}, f)
-    del train_model  # release DDP before the process group (see ddp_first_run.py)
+                       else "peak_rss"}, f)
     dist.destroy_process_group()
 
 

@@ -76,14 +76,18 @@ def test_float64_proof_holds_under_every_cpu_kernel(capability, nproc, threads, 
     batch, train_size = 16, 192
     quick = ["--width", "8", "--depth", "1", "--train-size", str(train_size), "--epochs", "1",
              "--batch-size", str(batch), "--dtype", "float64"]
+    run = coursekit.run_launcher(ROOT / "launchers" / "train_step7_sharding.py",
+                                 [*quick, "--strategy", *strategies], setup=setup, nproc=nproc,
+                                 name=f"strategies_{capability}_{nproc}_{threads}", echo=False)
+    assert run.metrics["world_size"] == nproc and list(run.metrics["runs"]) == [
+        f"{s}-float64" for s in strategies]  # every strategy in turn, in one launch
     params = {}
     for strategy in strategies:
-        run = coursekit.run_launcher(ROOT / "launchers" / "train_step7_sharding.py",
-                                     [*quick, "--strategy", strategy], setup=setup, nproc=nproc,
-                                     name=f"{strategy}_{capability}_{nproc}_{threads}", echo=False)
-        assert run.metrics["dtype"] == "float64" and run.metrics["world_size"] == nproc
-        assert run.metrics["steps"] == -(-train_size // nproc) // batch  # the sampler pads
-        params[strategy] = torch.load(run.out_dir / "params.pt", weights_only=True)
+        assert run.metrics["runs"][f"{strategy}-float64"]["dtype"] == "float64"
+        assert run.metrics["runs"][f"{strategy}-float64"]["steps"] == (
+            -(-train_size // nproc) // batch)  # the sampler pads
+        params[strategy] = torch.load(run.out_dir / f"{strategy}-float64" / "params.pt",
+                                      weights_only=True)
     tolerance = 1e6 * torch.finfo(torch.float64).eps
     for strategy in strategies[1:]:
         for name, reference in params["ddp"].items():
