@@ -1,21 +1,23 @@
 """Pipeline parallelism (notebook 12): each rank holds a few consecutive blocks, a stage.
 
-    torchrun --nproc-per-node 2 launchers/pipeline_parallel.py --schedule 1f1b --microbatches 4
+    torchrun --nproc-per-node 2 launchers/pipeline_parallel.py --runs hand:1f1b:4 torch:gpipe:4
 
 The batch is cut into micro-batches that flow through the stages: rank r receives a
 micro-batch's activations from rank r-1, runs its blocks, sends the result to rank r+1; in
 backward the gradients flow back the same way. The first stage also embeds the tokens, the
 last also norms, projects and computes the loss.
-  --schedule gpipe   all forwards, then all backwards: every stage keeps the activations of
-                     all m micro-batches until their backward
-  --schedule 1f1b    p-1-r forwards to fill the pipe, then one forward, one backward: rank r
-                     keeps at most p-r micro-batches in flight
-  --impl hand        the schedules written out with send/recv
-  --impl torch       torch.distributed.pipelining: PipelineStage + ScheduleGPipe/Schedule1F1B
+--runs IMPL:SCHEDULE:M [...], one or more (each trains in turn, in the same processes, from the
+same weights), M micro-batches of --micro-batch samples each:
+  SCHEDULE gpipe   all forwards, then all backwards: every stage keeps the activations of
+                   all m micro-batches until their backward
+  SCHEDULE 1f1b    p-1-r forwards to fill the pipe, then one forward, one backward: rank r
+                   keeps at most p-r micro-batches in flight
+  IMPL hand        the schedules written out with send/recv
+  IMPL torch       torch.distributed.pipelining: PipelineStage + ScheduleGPipe/Schedule1F1B
 Each rank records when it computed what (the timeline) and the peak of the bytes autograd
 kept for backward; rank 0 writes them with the differences from one process (float64).
-Options: the model's (tiny_gpt.add_model_args; --batch is split into --microbatches equal
-micro-batches), --device cpu|cuda, --out DIR.
+Options: the model's (tiny_gpt.add_model_args, but the batch: M x --micro-batch), --runs,
+--micro-batch, --device cpu|cuda, --out DIR.
 """
 
 import argparse
@@ -26,6 +28,7 @@ import time
 import tiny_gpt
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -137,44 +140,34 @@ def stage_width(stage):
     return block.ln1.normalized_shape[0]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    tiny_gpt.add_model_args(parser)
-    parser.add_argument("--microbatches", type=int, default=4)
-    parser.add_argument("--schedule", choices=["gpipe", "1f1b"], default="1f1b")
-    parser.add_argument("--impl", choices=["hand", "torch"], default="hand")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
-    args = parser.parse_args()
-    if args.microbatches < 1 or args.batch % args.microbatches:
-        parser.error(f"--batch {args.batch} must split into --microbatches {args.microbatches} "
-                     "equal micro-batches: give a batch that is a multiple of it")
+def parse_run(spec):
+    """'hand:1f1b:4' -> ('hand', '1f1b', 4), or an argparse error that names the fix."""
+    parts = spec.split(":")
+    if (len(parts) != 3 or parts[0] not in ("hand", "torch") or parts[1] not in ("gpipe", "1f1b")
+            or not parts[2].isdigit() or int(parts[2]) < 1):
+        raise argparse.ArgumentTypeError(
+            f"{spec!r}: give IMPL:SCHEDULE:M, IMPL hand or torch, SCHEDULE gpipe or 1f1b, "
+            "M micro-batches (1 or more), e.g. hand:1f1b:4")
+    return parts[0], parts[1], int(parts[2])
 
-    rank, stages = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.layers < stages:
-        parser.error(f"--layers {args.layers}: each of the {stages} stages needs a block")
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
 
+def train(impl, schedule_name, microbatches, args, device):
+    """One run: a fresh stage of the same model, the run's batches, its schedule; returns
+    this rank's figures gathered on rank 0, and the run's."""
+    rank, stages = dist.get_rank(), dist.get_world_size()
     batches = tiny_gpt.make_batches(args)
     reference_losses, reference = tiny_gpt.reference_run(args, batches)
     stage = Stage(tiny_gpt.build_model(args), rank, stages).to(device)
     optimizer = torch.optim.AdamW(stage.parameters(), lr=args.lr)
-    order = (gpipe_order if args.schedule == "gpipe" else one_f_one_b_order)(
-        args.microbatches, rank, stages)
-    if args.impl == "torch":
-        schedule_class = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+    order = (gpipe_order if schedule_name == "gpipe" else one_f_one_b_order)(
+        microbatches, rank, stages)
+    if impl == "torch":
+        schedule_class = ScheduleGPipe if schedule_name == "gpipe" else Schedule1F1B
         schedule = schedule_class(PipelineStage(stage, rank, stages, device),
-                                  n_microbatches=args.microbatches, loss_fn=tiny_gpt.loss_fn)
+                                  n_microbatches=microbatches, loss_fn=tiny_gpt.loss_fn)
     if rank == 0:
-        print(f"pipeline ({args.impl}, {args.schedule}): {stages} stage(s), "
-              f"{args.microbatches} micro-batches of {args.batch // args.microbatches}; "
-              f"backend {backend}", flush=True)
+        print(f"pipeline ({impl}, {schedule_name}): {stages} stage(s), {microbatches} "
+              f"micro-batches of {args.batch // microbatches}", flush=True)
 
     losses, step_times, timelines = [], [], []
     for step, (x, y) in enumerate(batches):
@@ -182,15 +175,15 @@ def main():
         dist.barrier()  # every stage starts the step together: one time origin for the timeline
         clock = StepClock(device)
         with tiny_gpt.SavedActivations(stage) as saved:
-            if args.impl == "hand":
+            if impl == "hand":
                 loss, timeline = pipeline_step_by_hand(
-                    stage, order, x.chunk(args.microbatches), y.chunk(args.microbatches),
+                    stage, order, x.chunk(microbatches), y.chunk(microbatches),
                     rank, stages, clock)
             else:
                 micro_losses = []
                 schedule.step(*([x] if stage.first else []),
                               target=y if stage.last else None, losses=micro_losses)
-                loss = sum(m.item() for m in micro_losses) / args.microbatches  # last stage
+                loss = sum(m.item() for m in micro_losses) / microbatches  # last stage
                 timeline = []
         step_times.append(clock())
         if step == 0:
@@ -221,12 +214,40 @@ def main():
             "device_peak_bytes": tiny_gpt.device_peak_bytes(device)}
     gathered = [None] * stages
     dist.gather_object(held, gathered if rank == 0 else None)
+    return {"impl": impl, "schedule": schedule_name, "microbatches": microbatches,
+            "ranks": gathered, **tiny_gpt.run_summary(args, losses, reference_losses, reference)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    tiny_gpt.add_model_args(parser, batch=False)
+    parser.add_argument("--runs", nargs="+", type=parse_run, default=[("hand", "1f1b", 4)],
+                        metavar="IMPL:SCHEDULE:M")
+    parser.add_argument("--micro-batch", type=int, default=2, help="samples per micro-batch")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank, stages = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.layers < stages:
+        parser.error(f"--layers {args.layers}: each of the {stages} stages needs a block")
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    os.makedirs(args.out, exist_ok=True)
+    if rank == 0:
+        print(f"{stages} stage(s), backend {backend}", flush=True)
+
+    runs = {}
+    for impl, schedule_name, m in args.runs:
+        run_args = argparse.Namespace(**vars(args), batch=m * args.micro_batch)
+        runs[f"{impl}:{schedule_name}:{m}"] = train(impl, schedule_name, m, run_args, device)
     if rank == 0:
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": stages, "backend": backend, "impl": args.impl,
-                       "schedule": args.schedule, "microbatches": args.microbatches,
-                       "ranks": gathered,
-                       **tiny_gpt.run_summary(args, losses, reference_losses, reference)}, f)
+            json.dump({"world_size": stages, "backend": backend, "runs": runs}, f)
     dist.destroy_process_group()
 
 

@@ -1,6 +1,6 @@
 """Tensor parallelism (notebook 12): every rank holds a slice of each block's matrices.
 
-    torchrun --nproc-per-node 2 launchers/tensor_parallel.py --impl hand
+    torchrun --nproc-per-node 2 launchers/tensor_parallel.py --impl hand torch
 
 Megatron-LM's split of a transformer block over N ranks, which all see the same batch:
   attention  q, k, v split by columns (each rank computes heads/N of the heads), the output
@@ -18,7 +18,8 @@ Every rank also trains the whole model alone on the same batches (the reference)
 launcher reports the largest differences of the losses, the first step's gradients and the
 trained parameters (float64), what each rank holds (bytes of parameters, gradients, AdamW
 state, saved activations) and every collective of one step.
-Options: the model's (tiny_gpt.add_model_args), --impl, --device cpu|cuda, --out DIR.
+Options: the model's (tiny_gpt.add_model_args), --impl (one or more: each trains in turn, in
+the same processes, from the same weights), --device cpu|cuda, --out DIR.
 """
 
 import argparse
@@ -28,6 +29,7 @@ import os
 import tiny_gpt
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
@@ -136,39 +138,20 @@ def tensor_parallel_with_torch(model, mesh, one_input=True):
     return parallelize_module(model, mesh, plan)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    tiny_gpt.add_model_args(parser)
-    parser.add_argument("--impl", choices=["hand", "torch", "torch-linears"], default="hand")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
-    args = parser.parse_args()
-
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.heads % world_size:
-        parser.error(f"--heads {args.heads} must be a multiple of the ranks ({world_size}): "
-                     "each rank computes whole heads")
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
-
-    # the same batches on every rank: tensor parallelism splits the model, not the data
-    batches = tiny_gpt.make_batches(args)
-    reference_losses, reference = tiny_gpt.reference_run(args, batches)
+def train(impl, args, batches, reference_losses, reference, device):
+    """Split a fresh copy of the model the ``impl`` way, train it, and compare it with the
+    reference: this rank's figures, and the run's."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
     model = tiny_gpt.build_model(args).to(device)
-    if args.impl == "hand":
+    if impl == "hand":
         split = tensor_parallel_by_hand(model, rank, world_size)
     else:
         tensor_parallel_with_torch(model, init_device_mesh(device.type, (world_size,)),
-                                   one_input=args.impl == "torch")
+                                   one_input=impl == "torch")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     if rank == 0:
-        print(f"tensor parallel ({args.impl}): {sum(p.numel() for p in reference.parameters())} "
-              f"parameters over {world_size} rank(s); backend {backend}", flush=True)
+        print(f"tensor parallel ({impl}): {sum(p.numel() for p in reference.parameters())} "
+              f"parameters over {world_size} rank(s)", flush=True)
 
     group = {dist.group.WORLD.group_name: tuple(range(world_size))}
     losses, saved, collectives = [], None, {}
@@ -192,7 +175,7 @@ def main():
 
     def mine(name, full):
         """This rank's part of a reference tensor, as this layout holds it."""
-        if args.impl == "hand" and name in split:
+        if impl == "hand" and name in split:
             return full.chunk(world_size, split[name])[rank]
         return full
 
@@ -211,11 +194,41 @@ def main():
             "device_peak_bytes": tiny_gpt.device_peak_bytes(device)}
     gathered = [None] * world_size
     dist.gather_object(held, gathered if rank == 0 else None)
+    return {"impl": impl, "ranks": gathered,
+            **tiny_gpt.run_summary(args, losses, reference_losses, reference)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    tiny_gpt.add_model_args(parser)
+    parser.add_argument("--impl", nargs="+", choices=["hand", "torch", "torch-linears"],
+                        default=["hand"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.heads % world_size:
+        parser.error(f"--heads {args.heads} must be a multiple of the ranks ({world_size}): "
+                     "each rank computes whole heads")
+    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    os.makedirs(args.out, exist_ok=True)
+    if rank == 0:
+        print(f"{world_size} rank(s), backend {backend}", flush=True)
+
+    # the same batches on every rank: tensor parallelism splits the model, not the data
+    batches = tiny_gpt.make_batches(args)
+    reference_losses, reference = tiny_gpt.reference_run(args, batches)
+    runs = {impl: train(impl, args, batches, reference_losses, reference, device)
+            for impl in args.impl}
     if rank == 0:
         with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "impl": args.impl,
-                       "ranks": gathered,
-                       **tiny_gpt.run_summary(args, losses, reference_losses, reference)}, f)
+            json.dump({"world_size": world_size, "backend": backend, "runs": runs}, f)
     dist.destroy_process_group()
 
 

@@ -81,14 +81,16 @@ class TinyGPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def add_model_args(parser):
-    """The model's and the data's size, the same options in every launcher of notebook 12."""
+def add_model_args(parser, batch=True):
+    """The model's and the data's size, the same options in every launcher of notebook 12
+    (the pipeline sets each run's batch from its micro-batches: batch=False)."""
     parser.add_argument("--vocab", type=int, default=64)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--seq", type=int, default=64, help="tokens per sample")
-    parser.add_argument("--batch", type=int, default=8, help="samples per step (the global batch)")
+    if batch:
+        parser.add_argument("--batch", type=int, default=8, help="samples per step (global)")
     parser.add_argument("--steps", type=int, default=3, help="AdamW steps")
     parser.add_argument("--lr", type=float, default=1e-3)
 

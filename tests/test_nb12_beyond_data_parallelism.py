@@ -11,8 +11,9 @@ import coursekit
 from coursekit import memory
 
 LAUNCHERS = ROOT / "launchers"
-TINY = ["--dim", "32", "--heads", "4", "--layers", "4", "--seq", "16", "--vocab", "32",
-        "--batch", "8", "--steps", "2"]
+TINY_MODEL = ["--dim", "32", "--heads", "4", "--layers", "4", "--seq", "16", "--vocab", "32",
+              "--steps", "2"]
+TINY = [*TINY_MODEL, "--batch", "8"]
 SHAPE = dict(hidden=32, layers=4, heads=4, seq=16, vocab=32, dtype="float64")
 TOLERANCE = 1e6 * torch.finfo(torch.float64).eps
 
@@ -90,11 +91,12 @@ def test_launchers_at_two_ranks_match_one_process_and_the_calculator(launcher, a
     ("fsdp_tp_2d.py", ["--tp", "3"], "--tp 3 must divide the ranks (2)"),
     ("tensor_parallel.py", ["--heads", "3", "--dim", "33"],
      "--heads 3 must be a multiple of the ranks (2)"),
-    ("pipeline_parallel.py", ["--microbatches", "3"], "--batch 8 must split into --microbatches 3"),
+    ("pipeline_parallel.py", ["--runs", "hand:1f1b:0"], "'hand:1f1b:0': give IMPL:SCHEDULE:M"),
 ], ids=["2d_tp", "tp_heads", "pp_microbatches"])  # fmt: skip
 def test_a_layout_the_ranks_cannot_make_is_refused_before_any_step(launcher, bad, message, setup):
     """Each launcher names the option and the fix before its process group trains anything."""
-    run = coursekit.run_launcher(LAUNCHERS / launcher, TINY + bad, setup=setup, nproc=2,
+    tiny = TINY_MODEL if launcher == "pipeline_parallel.py" else TINY  # its batch: M x micro
+    run = coursekit.run_launcher(LAUNCHERS / launcher, tiny + bad, setup=setup, nproc=2,
                                  name=f"refused_{launcher.removesuffix('.py')}", echo=False,
                                  check=False)
     assert run.returncode != 0
