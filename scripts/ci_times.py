@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""The figures of one whole `.ci/run`: its stages and where `make test` spent its time.
+"""The figures of one whole `.ci/run`: its stages, where `make test` spent its time, and
+how long each notebook took in its full-size `make verify`.
 
     python scripts/ci_times.py record --setup S --test S --verify S   # .ci/run, at its end
-    python scripts/ci_times.py readme [FILE]      # README's table from FILE (a record)
-    python scripts/ci_times.py readme --check     # exit 1 if README's table is not FILE's
+    python scripts/ci_times.py readme [FILE]      # README's tables from FILE (a record)
+    python scripts/ci_times.py readme --check     # exit 1 if README's tables are not FILE's
 
-``record`` writes build/ci-times.json from the stage seconds .ci/run measured and the part
-table that `make test` left in build/test-times.json (tests/time_table.py). After a
-fresh-clone run on an idle machine, copy that file to .ci/last-fresh-clone.json and run
-``readme``: the README's contributor section shows those figures, never typed ones.
+``record`` writes build/ci-times.json from the stage seconds .ci/run measured, the part
+table that `make test` left in build/test-times.json (tests/time_table.py) and each
+notebook's seconds in build/verify.json. After a fresh-clone run on an idle machine, copy
+that file to .ci/last-fresh-clone.json and run ``readme``: the README's contributor section
+and its table of notebook times and class budgets (coursekit.report.class_minutes of those
+seconds) show those figures, never typed ones; the tests' class-budget check reads the same
+file (:func:`verify_seconds`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_TIMES = Path(os.environ.get("COURSE_TEST_TIMES", ROOT / "build" / "test-times.json"))
+VERIFY_JSON = Path(os.environ.get("COURSE_VERIFY_JSON", ROOT / "build" / "verify.json"))
 RECORD = Path(os.environ.get("COURSE_CI_TIMES", ROOT / "build" / "ci-times.json"))
 LAST_FRESH_CLONE = ROOT / ".ci" / "last-fresh-clone.json"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- ci-times: begin (scripts/ci_times.py readme) -->", "<!-- ci-times: end -->"
+NB_BEGIN = "<!-- verify-times: begin (scripts/ci_times.py readme) -->"
+NB_END = "<!-- verify-times: end -->"
 CI_LIMIT_S = 5400  # CI's 90 minutes for one .ci/run
 
 
@@ -43,11 +50,16 @@ def record(setup_s: float, test_s: float, verify_s: float) -> dict:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()  # fmt: skip
     parts = json.loads(TEST_TIMES.read_text())["parts"] if TEST_TIMES.exists() else []
+    verified = json.loads(VERIFY_JSON.read_text()) if VERIFY_JSON.exists() else {"notebooks": []}
     figures = {
         "commit": commit, "date": datetime.date.today().isoformat(),
         "cpu": f"{cpu_model()}, {os.cpu_count()} cores",
         "stages": {"setup": setup_s, "make test": test_s, "make verify": verify_s},
         "test_parts": parts,
+        "verify": {"tier": verified.get("tier"), "parameters": verified.get("parameters"),
+                   "notebooks": [{"notebook": n["notebook"], "status": n["status"],
+                                  "seconds": round(n["seconds"], 1)}
+                                 for n in verified["notebooks"]]},
     }  # fmt: skip
     RECORD.parent.mkdir(parents=True, exist_ok=True)
     RECORD.write_text(json.dumps(figures, indent=1) + "\n")
@@ -73,12 +85,45 @@ def table(figures: dict) -> str:
     return "\n".join(lines)
 
 
-def readme_with(figures: dict, text: str) -> str:
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
+def verify_seconds(figures: dict | None = None) -> dict[str, float]:
+    """Notebook number ("03") -> its seconds in the record's full-size make verify."""
+    figures = figures or json.loads(LAST_FRESH_CLONE.read_text())
+    return {n["notebook"][:2]: n["seconds"] for n in figures.get("verify", {}).get("notebooks", [])
+            if n["status"] == "passed"}  # fmt: skip
+
+
+def notebook_table(figures: dict) -> str:
+    """Each notebook's full-size verify seconds in the record, and its class budget."""
+    sys.path.insert(0, str(ROOT))
+    from coursekit.report import class_minutes  # the course's own package, beside scripts/
+
+    seconds = verify_seconds(figures)
+    if "verify" in figures:
+        head = (f"Full-size `make verify` of the same run (commit `{figures['commit'][:7]}`, "
+                f"{figures['cpu']}, the `{figures['verify']['tier']}` tier, the exercises "
+                "unsolved):")
+    else:  # a record made before records kept them
+        head = "The record has no verify seconds per notebook: the budgets count no running time."
+    lines = [head, "", "| notebook | verify seconds | class budget |", "|---|---|---|"]
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        run = seconds.get(notebook.name[:2])
+        budget = class_minutes(notebook, run)["minutes"]
+        shown = f"{run:.0f}" if run is not None else "not recorded"
+        lines.append(f"| {notebook.stem} | {shown} | {budget} min |")
+    return "\n".join(lines)
+
+
+def _between(text: str, begin: str, end: str, body: str) -> str:
+    head, sep, rest = text.partition(begin)
+    _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise SystemExit(f"README.md lacks the markers {BEGIN!r} ... {END!r}")
-    return f"{head}{BEGIN}\n{table(figures)}\n{END}{tail}"
+        raise SystemExit(f"README.md lacks the markers {begin!r} ... {end!r}")
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def readme_with(figures: dict, text: str) -> str:
+    text = _between(text, BEGIN, END, table(figures))
+    return _between(text, NB_BEGIN, NB_END, notebook_table(figures))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ notebook is listed as not run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -20,6 +21,10 @@ from browser_kit import artifacts_dir, launch_browser, sync_playwright
 from conftest import NOTEBOOKS, ROOT
 
 from coursekit.report import class_minutes
+
+_spec = importlib.util.spec_from_file_location("ci_times", ROOT / "scripts" / "ci_times.py")
+ci_times = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ci_times)  # the last fresh-clone record's verify seconds
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 PARAMETERS = 'DEVICE = "auto"\nNPROC = None\nSMOKE = False\nTIMEOUT_S = 300\nRESULTS_DIR = "r"'
@@ -173,27 +178,13 @@ def test_class_minutes_counts_a_collapsed_launcher_as_what_is_shown_after_it(tmp
     assert class_minutes(path, None)["code_lines"] == 1 + 1  # the outline's line, and the call
 
 
-def readme_verify_seconds() -> dict[str, float]:
-    """Notebook number -> full-size verify seconds, from the README's table under
-    'How long each notebook takes' (rows like ``| 03 your first DDP run | 20 | 35 min |``)."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### How long each notebook takes"):]
-    section = section[:section.find("\n#", 1)] if "\n#" in section[1:] else section
-    rows = re.findall(r"^\|\s*(\d\d)\b[^|]*\|\s*([\d.]+)\s*\|", section, re.M)
-    return {number: float(seconds) for number, seconds in rows}
-
-
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_notebook_fits_a_class(notebook):
-    """Class time at full size (the README's verify seconds; 0 for a notebook without a row)
-    is at most an hour."""
-    seconds = readme_verify_seconds().get(notebook.name[:2], 0)
+    """Class time at full size (its seconds in the last fresh-clone .ci/run's verify, the
+    README's table; 0 for a notebook that run did not pass) is at most an hour."""
+    seconds = ci_times.verify_seconds().get(notebook.name[:2], 0)
     budget = class_minutes(notebook, seconds)
     assert budget["minutes"] <= 60, f"{notebook.stem}: {budget} with {seconds} s of running"
-
-
-def test_the_readme_table_is_read():
-    assert set(readme_verify_seconds()) >= {"00", "03"}
 
 
 @pytest.mark.slow
