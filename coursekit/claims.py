@@ -113,6 +113,7 @@ class Claim:
     tie_condition: str = ""  # a comparison: its ratio inside the measured spread
     tie: str = ""  # the sentence when it was a tie
     why_skipped: str = ""  # a skipped claim: what was not run here, and why
+    template: str = ""  # ``text`` before its figures were filled in (docs/claims.md lists it)
 
     def sentence(self) -> str:
         """The sentence true on this machine."""
@@ -155,7 +156,7 @@ def claim(text: str, condition: str, otherwise: str = "", tie_condition: str = "
         raise ValueError(f"claim {text!r}: its sentences do not fit its figures "
                          f"({', '.join(figures)}): {err!r}") from err  # fmt: skip
     made = Claim(filled[0], condition, False, figures, filled[1], NOT_HELD, tie_condition,
-                 filled[2])  # fmt: skip
+                 filled[2], template=text)  # fmt: skip
     made.outcome = outcome_of(made.as_record())
     made.held = made.outcome == HELD
     return made
@@ -233,7 +234,8 @@ class Claims(list):
         claimed, ``why`` what was not run and why. No figures: nothing was measured."""
         if not why:
             raise ValueError(f"skip({text!r}): say why= it could not be run here")
-        return self._keep(Claim(text, "", False, {}, outcome=SKIPPED, why_skipped=why))
+        return self._keep(Claim(text, "", False, {}, outcome=SKIPPED, why_skipped=why,
+                                template=text))
 
     def summary(self) -> dict:
         """How many claims came out each way."""
@@ -257,3 +259,57 @@ class Claims(list):
             display(Markdown(f"{table}\n\n{note}"))
         except ImportError:  # outside Jupyter: plain text
             print("\n".join(f"{o}: {n}" for o, n in counts.items()) + "\n" + note)
+
+
+DOC_ITEM = re.compile(r"^\d+\. \*\*[^*]+\*\* (.*)$")  # a claim's line in claims_markdown()
+
+
+def _figures_line(figures: dict) -> str:
+    shown = []
+    for name, value in figures.items():
+        if isinstance(value, float):
+            value = f"{value:.3g}"
+        shown.append(f"{name}={value}")
+    return ", ".join(shown)
+
+
+def claims_markdown(claims_by_notebook: dict[str, list[dict]], heading: str) -> str:
+    """Every claim of the course as a reader audits it: per notebook, each claim's sentence as
+    the lesson writes it (its figures in braces), the condition the run checks, and what one
+    run measured (outcome, the sentence true there, the figures)."""
+    counts = {o: 0 for o in OUTCOMES}
+    for records in claims_by_notebook.values():
+        for record in records:
+            counts[outcome_of(record)] += 1
+    lines = ["# Every claim of the course", "", heading, "",
+             f"{sum(counts.values())} claims: " + ", ".join(f"{n} {o}" for o, n in counts.items())
+             + ".", ""]  # fmt: skip
+    for notebook, records in claims_by_notebook.items():
+        lines += [f"## {notebook}", ""]
+        for k, record in enumerate(records, start=1):
+            made = Claim.from_record(record)
+            lines.append(f"{k}. **{MARKS[made.outcome]} {made.outcome}.** "
+                         f"{made.template or made.text}")  # fmt: skip
+            if made.outcome == SKIPPED:
+                lines.append(f"   - not run there: {made.why_skipped}")
+                continue
+            lines.append(f"   - condition: `{made.condition}`"
+                         + (f"; no difference: `{made.tie_condition}`" if made.tie_condition
+                            else ""))  # fmt: skip
+            lines.append(f"   - there: {made.sentence()}")
+            lines.append(f"   - figures: {_figures_line(made.figures)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def documented_templates(markdown: str) -> dict[str, set[str]]:
+    """Notebook -> the claim sentences (templates) a claims_markdown() text lists for it."""
+    found: dict[str, set[str]] = {}
+    notebook = None
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            notebook = line[3:].strip()
+            found[notebook] = set()
+        elif notebook and (match := DOC_ITEM.match(line)):
+            found[notebook].add(match.group(1))
+    return found

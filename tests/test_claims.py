@@ -5,6 +5,7 @@ import json
 import pytest
 
 import coursekit
+from coursekit.claims import claims_markdown, documented_templates
 from coursekit.verify import NotebookReport, claims_summary
 
 
@@ -126,3 +127,22 @@ def test_results_files_carry_the_claims_and_verify_lists_those_not_held(setup):
 def test_a_figure_cannot_take_the_name_of_the_claims(setup):
     with pytest.raises(ValueError, match="'claims'"):
         coursekit.save_results("99_test", {"claims": 1}, setup)
+
+
+def test_the_claims_document_lists_every_claim_with_its_template_and_outcome(setup):
+    """docs/claims.md: each claim as its notebook writes it (figures in braces), its
+    condition and what the run measured; documented_templates() reads the sentences back."""
+    claims = coursekit.Claims()
+    claims.check("the loss fell to {loss:.2f}", "loss < 1", otherwise="it stayed at {loss:.2f}",
+                 loss=0.25)
+    claims.compare("C beats D", less=[1, 1.2], more=[1.1, 1.1], otherwise="D", tie="C ties D")
+    claims.skip("E ran on {n} nodes", why="no E here")
+    records = json.loads(coursekit.save_results("99_test", {}, setup, claims=claims).read_text())
+    text = claims_markdown({"99_test": records["claims"]}, "made by a test")
+    assert "3 claims: 1 held, 0 not held, 1 no difference, 1 skipped." in text
+    assert "1. **✔ held.** the loss fell to {loss:.2f}" in text
+    assert "   - there: the loss fell to 0.25" in text and "   - figures: loss=0.25" in text
+    assert "2. **≈ no difference.** C beats D" in text and "   - there: C ties D" in text
+    assert "3. **– skipped.** E ran on {n} nodes" in text and "not run there: no E here" in text
+    assert documented_templates(text) == {
+        "99_test": {"the loss fell to {loss:.2f}", "C beats D", "E ran on {n} nodes"}}
