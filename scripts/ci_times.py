@@ -3,13 +3,11 @@
 how long each notebook took in its full-size `make verify`.
 
     python scripts/ci_times.py record --setup S --test S --verify S   # .ci/run, at its end
-    python scripts/ci_times.py readme [FILE]      # README's tables from FILE (a record)
-    python scripts/ci_times.py readme --check     # exit 1 if README's tables are not FILE's
 
 ``record`` writes build/ci-times.json from the stage seconds .ci/run measured, the part
 table that `make test` left in build/test-times.json (tests/time_table.py) and each
 notebook's seconds in build/verify.json. After a fresh-clone run on an idle machine, copy
-that file to .ci/last-fresh-clone.json and run ``readme``: the README's contributor section
+that file to .ci/last-fresh-clone.json and run scripts/readme.py: the README's contributor section
 and its table of notebook times and class budgets (coursekit.report.class_minutes of those
 seconds) show those figures, never typed ones; the tests' class-budget check reads the same
 file (:func:`verify_seconds`).
@@ -31,9 +29,8 @@ TEST_TIMES = Path(os.environ.get("COURSE_TEST_TIMES", ROOT / "build" / "test-tim
 VERIFY_JSON = Path(os.environ.get("COURSE_VERIFY_JSON", ROOT / "build" / "verify.json"))
 RECORD = Path(os.environ.get("COURSE_CI_TIMES", ROOT / "build" / "ci-times.json"))
 LAST_FRESH_CLONE = ROOT / ".ci" / "last-fresh-clone.json"
-README = ROOT / "README.md"
-BEGIN, END = "<!-- ci-times: begin (scripts/ci_times.py readme) -->", "<!-- ci-times: end -->"
-NB_BEGIN = "<!-- verify-times: begin (scripts/ci_times.py readme) -->"
+BEGIN, END = "<!-- ci-times: begin (scripts/readme.py) -->", "<!-- ci-times: end -->"
+NB_BEGIN = "<!-- verify-times: begin (scripts/readme.py) -->"
 NB_END = "<!-- verify-times: end -->"
 CI_LIMIT_S = 5400  # CI's 90 minutes for one .ci/run
 
@@ -113,43 +110,15 @@ def notebook_table(figures: dict) -> str:
     return "\n".join(lines)
 
 
-def _between(text: str, begin: str, end: str, body: str) -> str:
-    head, sep, rest = text.partition(begin)
-    _, sep2, tail = rest.partition(end)
-    if not sep or not sep2:
-        raise SystemExit(f"README.md lacks the markers {begin!r} ... {end!r}")
-    return f"{head}{begin}\n{body}\n{end}{tail}"
-
-
-def readme_with(figures: dict, text: str) -> str:
-    text = _between(text, BEGIN, END, table(figures))
-    return _between(text, NB_BEGIN, NB_END, notebook_table(figures))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
     rec = sub.add_parser("record", help="write build/ci-times.json")
     for stage in ("setup", "test", "verify"):
         rec.add_argument(f"--{stage}", type=float, required=True, help=f"seconds of {stage}")
-    show = sub.add_parser("readme", help="README's table from a record")
-    show.add_argument("file", nargs="?", type=Path, default=LAST_FRESH_CLONE)
-    show.add_argument("--check", action="store_true", help="only check; exit 1 if it differs")
     args = parser.parse_args(argv)
-    if args.action == "record":
-        figures = record(args.setup, args.test, args.verify)
-        print("\n" + table(figures))
-        return 0
-    figures = json.loads(args.file.read_text())
-    text = README.read_text()
-    wanted = readme_with(figures, text)
-    if args.check:
-        if wanted != text:
-            print(f"README.md's ci-times table is not {args.file}'s: run "
-                  "`python scripts/ci_times.py readme`", file=sys.stderr)  # fmt: skip
-            return 1
-        return 0
-    README.write_text(wanted)
+    figures = record(args.setup, args.test, args.verify)
+    print("\n" + table(figures))
     return 0
 
 

@@ -22,6 +22,7 @@ from traitlets.config import Config  # noqa: E402
 
 import coursekit  # noqa: E402
 from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
+from coursekit.course import COURSE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -114,15 +115,13 @@ def _first_line(source: str) -> str:
     return lines[0][:100] if lines else ""
 
 
-# Every notebook but 00 runs once at SMOKE sizes in the suite: in JupyterLab, in the browser
-# test (tests/test_browser.py), with these parameters and the reference solutions of its
-# exercises, checked there as papermill's runs are; the notebook's own test takes that run
-# for the same parameters and environment. Its other ranks: its own test and make verify
-# (which also runs the exercises unsolved, as attendees meet them).
-RUN_ONCE_PARAMETERS = {"01": {}, "02": {"NPROC": 3}, "03": {"NPROC": 3}, "04": {"NPROC": 2},
-                       "05": {"NPROC": 3}, "06": {"NPROC": 2}, "07": {}, "08": {"NPROC": 3},
-                       "09": {"NPROC": 2}, "10": {}, "11": {"NPROC": 3},
-                       "12": {"NPROC": 2}}  # fmt: skip
+# Every notebook runs once in JupyterLab in the suite (tests/test_browser.py), with the
+# parameters of its row in the course table (coursekit/course.py: SMOKE sizes but for 00) and
+# the reference solutions of its exercises, checked there as papermill's runs are; the
+# notebook's own test takes that run for the same parameters and environment. Its other
+# ranks: its own test and make verify (which also runs the exercises unsolved).
+RUN_ONCE_PARAMETERS = {nb.number: {k: v for k, v in nb.browser.items() if k != "SMOKE"}
+                       for nb in COURSE if nb.browser.get("SMOKE", True)}  # fmt: skip
 # what a kernel inherits that changes what a notebook does, besides its parameters; the
 # course's own variables only where a notebook uses them (its text holds the marker)
 KERNEL_ENVIRONMENT = ("ATEN_", "OMP_", "CUDA_", "TORCH")

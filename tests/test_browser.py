@@ -2,9 +2,9 @@
 
 One JupyterLab from the course environment serves a copy of notebooks/ and launchers/
 (running a notebook writes its launchers and results: the checkout stays untouched), plus
-the fixture notebooks in tests/browser/. Notebook 00 runs as committed; the copies of the
-others have SMOKE = True, to keep CI short, and conftest's RUN_ONCE_PARAMETERS, with the
-reference solutions of their exercises (the notebooks' own tests take these runs instead of
+the fixture notebooks in tests/browser/. Each copy gets the parameters of its row in the
+course table (coursekit/course.py: SMOKE = True, to keep CI short, but for notebook 00), with
+the reference solutions of their exercises (the notebooks' own tests take these runs instead of
 running them again; make verify runs them unsolved), and notebook 04's copy starts its
 TensorBoard (OPEN_TENSORBOARD = True). Every notebook is opened, run with Run All
 to its end, saved, and its saved outputs checked as papermill's are (no error, no cell over
@@ -33,7 +33,6 @@ from conftest import (
     BROWSER_RUNS,
     NOTEBOOKS,
     ROOT,
-    RUN_ONCE_PARAMETERS,
     BrowserRun,
     assert_claims_contract,
     assert_figures_checked,
@@ -42,6 +41,8 @@ from conftest import (
     kernel_environment,
     processes_with,
 )
+
+from coursekit.course import COURSE
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parent / "browser"
@@ -85,11 +86,11 @@ def open_tensorboard(notebook: Path) -> None:
 def lab(tmp_path_factory, slurm_cluster):
     served = tmp_path_factory.mktemp("course")
     shutil.copytree(ROOT / "notebooks", served / "notebooks")
-    for nb in (served / "notebooks").glob("[0-9][0-9]_*.ipynb"):
-        if not nb.name.startswith("00_"):  # 00 as committed; the others at SMOKE sizes
-            set_parameters(nb, {"SMOKE": True, **RUN_ONCE_PARAMETERS.get(nb.name[:2], {})})
-        if nb.name.startswith("04_"):
-            open_tensorboard(nb)
+    for row in COURSE:  # the parameters of its row in the course table (SMOKE unless it says)
+        copy = served / "notebooks" / row.path.name
+        set_parameters(copy, {"SMOKE": True, **row.browser})
+        if row.number == "04":
+            open_tensorboard(copy)
     shutil.copytree(ROOT / "launchers", served / "launchers")
     shutil.copytree(FIXTURES, served / "fixtures")
     scratch = tmp_path_factory.mktemp("jupyter")

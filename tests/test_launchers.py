@@ -10,17 +10,10 @@ import torch
 from conftest import NOTEBOOKS, ROOT
 
 import coursekit
+from coursekit.course import COURSE, LAUNCHER, launcher_kinds
 
 LAUNCHERS = ROOT / "launchers"
-# scripts that start their own processes (mp.spawn) instead of running under torchrun
-SELF_SPAWNING = {"ddp_spawn_classic.py"}
-# modules a notebook writes and imports (notebook 01's spawned GIL workers), not launchers
-# modules a notebook's cells or launchers import: notebook 01's; notebook 12's model
-IMPORTED_BY_NOTEBOOKS = {"gil_work.py", "dp_lab.py", "tiny_gpt.py"}
-# launchers that need a 2-D mesh (4 ranks): notebook 12's tests run them at 2 and 4
-NEEDS_A_MESH = {"fsdp_tp_2d.py"}
-# notebook 07's exercises: the DDP wrappers the learner writes, loaded by check_my_ddp.py
-EXERCISE_WRAPPERS = {"my_ddp_naive.py", "my_ddp_overlapped.py", "my_ddp_bucketed.py"}
+KIND = launcher_kinds()  # every file of launchers/ -> its kind, from the course table
 SOLUTIONS = ROOT / "solutions"
 # arguments that keep a launcher's run to a few seconds here (none: its defaults already do)
 TRAIN_QUICK = ["--train-size", "256", "--test-size", "128", "--epochs", "1"]
@@ -59,14 +52,6 @@ QUICK_ARGS = {
                      "--sweep-width", "32", "--sweep-batches", "2,8", "--bucket-caps", "1,25",
                      "--bucket-batch", "2", "--layers", "4"],
 }
-# launchers that fail or hang on purpose (the lessons run them and assert on the failure)
-BROKEN_ON_PURPOSE: set[str] = {
-    "pitfall_hang.py", "pitfall_desync.py", "collective_mismatch.py", "pitfall_unused.py",
-    "pitfall_uneven.py",
-    "pitfalls_exercise.py",  # the exercise: two planted bugs for the learner to fix
-}
-
-
 def writefile_cells() -> dict[Path, tuple[str, str]]:
     """launcher path -> (notebook name, the cell's body), for every %%writefile cell."""
     cells = {}
@@ -81,9 +66,9 @@ def writefile_cells() -> dict[Path, tuple[str, str]]:
 
 
 def torchrun_launchers() -> list[Path]:
-    skipped = (SELF_SPAWNING | BROKEN_ON_PURPOSE | IMPORTED_BY_NOTEBOOKS | EXERCISE_WRAPPERS
-               | NEEDS_A_MESH)
-    return sorted(p for p in LAUNCHERS.glob("*.py") if p.name not in skipped)
+    """The launchers that run on their own under torchrun at any rank count (the kinds the
+    course table calls launcher)."""
+    return sorted(p for p in LAUNCHERS.glob("*.py") if KIND.get(p.name) == LAUNCHER)
 
 
 def test_every_launcher_equals_its_writefile_cell():
@@ -95,10 +80,6 @@ def test_every_launcher_equals_its_writefile_cell():
         assert path.read_text() == body + "\n", f"{path.name} differs from its cell in {notebook}"
 
 
-# notebooks whose own tests execute them with NPROC=3 (their launchers run at 3 ranks there)
-RUN_AT_3_BY_THEIR_NOTEBOOK_TEST = {"01", "02", "03", "04", "05", "07", "08", "09", "11"}
-# notebooks whose own tests execute them with NPROC=1 (their launchers run at 1 rank there)
-RUN_AT_1_BY_THEIR_NOTEBOOK_TEST = {"03"}
 # notebooks that never run a launcher at 1 rank, on any tier: configure(min_nproc=2) gives
 # them 2 CPU ranks where a tier has fewer, and notebook 00 checks with max(2, nproc) ranks
 NEVER_AT_1_RANK = {"00"} | {nb.name[:2] for nb in NOTEBOOKS if "min_nproc=2" in nb.read_text()}
@@ -106,13 +87,15 @@ NEVER_AT_1_RANK = {"00"} | {nb.name[:2] for nb in NOTEBOOKS if "min_nproc=2" in 
 
 def launcher_rank_counts() -> list[tuple[Path, int]]:
     """1 rank (the single-GPU tier) for every launcher a notebook may run at 1 rank; 3 ranks
-    (an uneven split of the data) for every launcher; each only where its notebook's tests
-    do not already run it so. 2 ranks: every notebook's own tests run them so."""
-    notebook_of = {path: name[:2] for path, (name, _) in writefile_cells().items()}
-    already = {1: RUN_AT_1_BY_THEIR_NOTEBOOK_TEST | NEVER_AT_1_RANK,
-               3: RUN_AT_3_BY_THEIR_NOTEBOOK_TEST}
-    return [(launcher, n) for launcher in torchrun_launchers() for n in (1, 3)
-            if notebook_of.get(launcher.resolve()) not in already[n]]
+    (an uneven split of the data) for every launcher; each only where its notebook's runs in
+    the suite (the course table's test_ranks) do not already run it so."""
+    row_of = {name: nb for nb in COURSE for name in nb.files}
+    wanted = []
+    for launcher in torchrun_launchers():
+        row = row_of[launcher.name]
+        never = {1} if row.number in NEVER_AT_1_RANK else set()
+        wanted += [(launcher, n) for n in (1, 3) if n not in set(row.test_ranks) | never]
+    return wanted
 
 
 @pytest.mark.slow
@@ -145,6 +128,15 @@ def test_classic_spawn_form(setup):
     lines = [text for _, text in run.lines if text.startswith("rank ")]
     assert len(lines) == nproc, run.output
     assert len({line.split("checksum ")[1] for line in lines}) == 1  # the replicas are equal
+
+
+def test_the_course_table_names_every_launcher_its_notebook_writes():
+    """Each notebook's row lists exactly the files its %%writefile cells write."""
+    written: dict[str, set[str]] = {}
+    for path, (notebook, _) in writefile_cells().items():
+        written.setdefault(notebook[:2], set()).add(path.name)
+    for nb in COURSE:
+        assert set(nb.files) == written.get(nb.number, set()), nb.stem
 
 
 def launchers_with_a_process_group() -> list[Path]:
