@@ -13,10 +13,10 @@ Cases (SGD with momentum, the model and data of train_step*.py):
   sum         sum loss, the same learning rate: DDP averages gradients, N times too small
   sum_scaled  sum loss, DDP's learning rate times N: equal again (asserted)
   batchnorm   mean loss, BatchNorm: each rank normalises by its own slice's statistics
-  syncbn      BatchNorm converted to SyncBatchNorm: equal (asserted; it needs GPUs)
+  syncbn      BatchNorm converted to SyncBatchNorm: equal (asserted; DDP refuses it on CPU)
 Then the mean case once more in float32, beside its noise floor: the same single process
-trained on the same batches summed in another order (each batch as two accumulated halves,
-and each batch reversed). DDP's fp32 difference is the size of that floor: a reordered sum.
+trained on the same batches summed in another order (each batch in 2, 3 or 4 accumulated
+parts, reversed, shuffled). DDP's fp32 sum is a reordered sum too: compare it with that floor.
 """
 
 import argparse
@@ -193,7 +193,7 @@ def main():
         cases["syncbn"] = run_case("syncbn", "batch", "mean", 1, args, device, f64,
                                    sync_bn=True)[0]  # fmt: skip
         syncbn = "ran"
-    except Exception as err:  # noqa: BLE001 - on CPU SyncBatchNorm refuses: report what it says
+    except Exception as err:  # noqa: BLE001 - on CPU DDP refuses SyncBatchNorm: report its words
         syncbn = f"{type(err).__name__}: {str(err).splitlines()[0]}"
         if rank == 0:
             print(f"syncbn      could not run here: {syncbn}")
