@@ -8,8 +8,9 @@ from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
 from .exercises import answer, answer_file, check_answer
 from .nodes import JobResult, run_nodes
+from .result import LauncherFailed, LauncherTimeout, RunResult
 from .results import load_results, save_results
-from .runner import LauncherFailed, LauncherTimeout, RunResult, run_launcher
+from .runner import run_launcher
 
 __all__ = [
     "Claim",

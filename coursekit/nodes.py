@@ -28,16 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Setup
-from .runner import (
-    Echo,
-    LauncherFailed,
-    LauncherTimeout,
-    RunResult,
-    _label,
-    check_echo,
-    fresh_run_dir,
-    run_launcher,
-)
+from .echo import Echo, check_echo
+from .result import LauncherFailed, LauncherTimeout, RunResult, _label
+from .runner import fresh_run_dir, run_launcher
 
 
 @dataclass

@@ -41,12 +41,12 @@ from .claims import (  # noqa: E402
     outcome_of,
 )
 from .config import ParameterError, check_parameters  # noqa: E402
+from .echo import HEADLESS_ENV  # noqa: E402  launches print step lines, not a widget
 from .exercises import SOLUTIONS_ENV  # noqa: E402
 from .report import hardware, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAIMS_DOC = ROOT / "docs" / "claims.md"  # every claim of the course, from a whole verify
-HEADLESS_ENV = "COURSEKIT_HEADLESS"  # launches print plain step lines, not a live widget
 CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke", "claims"}
 
 

@@ -23,6 +23,7 @@ from traitlets.config import Config  # noqa: E402
 import coursekit  # noqa: E402
 from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
 from coursekit.course import COURSE  # noqa: E402
+from coursekit.echo import HEADLESS_ENV  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -57,7 +58,7 @@ def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.
     executed_path = tmp_path / notebook.name
     figure_log = tmp_path / "figure-check.jsonl"
     figure_log.unlink(missing_ok=True)
-    env = {"COURSEKIT_HEADLESS": "1", "COURSEKIT_FIGURE_LOG": str(figure_log),
+    env = {HEADLESS_ENV: "1", "COURSEKIT_FIGURE_LOG": str(figure_log),
            "IPYTHONDIR": str(figure_check_profile(tmp_path))}  # fmt: skip
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment

@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 
 import coursekit
-from coursekit import runner
-from coursekit.runner import steps_done
+from coursekit import echo as live
+from coursekit.echo import HEADLESS_ENV, steps_done
 
 STEPS_LIVE = ROOT / "tests" / "browser" / "steps_live.py"
 
@@ -21,7 +21,7 @@ def last_bar(stderr: str) -> str:
 
 
 def test_progress_follows_steps_counted_from_one(setup, capsys, monkeypatch):
-    monkeypatch.delenv("COURSEKIT_HEADLESS", raising=False)  # a front end: a bar, no lines
+    monkeypatch.delenv(HEADLESS_ENV, raising=False)  # a front end: a bar, no lines
     run = coursekit.run_launcher(STEPS_LIVE, ["--steps", 5, "--interval", 0.3], setup=setup,
                                  nproc=2, progress=5)  # fmt: skip
     assert run.ok and len([t for t in run.rank_lines(0) if t.startswith("step")]) == 5
@@ -72,7 +72,7 @@ dist.destroy_process_group()
 def test_a_brief_headless_launch_prints_a_dozen_lines(setup, tmp_path, capsys, monkeypatch):
     """200 step lines from rank 0 and 200 lines from rank 1 become: the command, rank 0's
     other line, a sample of the step lines (the first, every 50th) and the closing line."""
-    monkeypatch.setenv("COURSEKIT_HEADLESS", "1")
+    monkeypatch.setenv(HEADLESS_ENV, "1")
     script = tmp_path / "steps_200.py"
     script.write_text(STEPS_200)
     run = coursekit.run_launcher(script, setup=setup, nproc=2)  # echo="brief": the default
@@ -84,14 +84,14 @@ def test_a_brief_headless_launch_prints_a_dozen_lines(setup, tmp_path, capsys, m
     assert lines[1] == "hello from rank 0"
     steps = [t for t in lines if t.startswith("step ")]
     assert steps[0].startswith("step 1/200") and steps[-1].startswith("step 200/200")
-    assert 3 <= len(steps) <= runner.MAX_STEP_LINES
+    assert 3 <= len(steps) <= live.MAX_STEP_LINES
     assert not any("rank 1" in t for t in lines)  # other ranks stay in the log
     assert lines[-1] == (f"steps_200: 2 ranks, {run.seconds:.1f} s, {len(run.lines)} lines in "
                          f"{run.log_dir} (.log() of the returned run prints them)")  # fmt: skip
     assert "\r" not in printed.out + printed.err and printed.err == ""  # no tqdm headless
 
 
-def feed(echo: runner.Echo, lines):
+def feed(echo: live.Echo, lines):
     for rank, text in lines:
         echo.line(rank, text)
     echo.close(None)
@@ -103,26 +103,26 @@ def feed(echo: runner.Echo, lines):
     (range(10, 201, 10), None, [10, 50, 100, 150, 200]),  # a launcher printing every 10th
 ])  # fmt: skip
 def test_brief_echo_samples_step_lines(steps, progress, printed, capsys, monkeypatch):
-    monkeypatch.setenv("COURSEKIT_HEADLESS", "1")
+    monkeypatch.setenv(HEADLESS_ENV, "1")
     total = progress or steps[-1]
     fmt = "step {}" if progress else "step {}/" + str(total)
-    feed(runner.Echo("brief", "x", progress),
+    feed(live.Echo("brief", "x", progress),
          [(0, fmt.format(s)) for s in steps] + [(1, "step 3 from rank 1"), (None, "torchrun")])
     shown = capsys.readouterr().out.splitlines()
     assert shown == [fmt.format(s) for s in printed]
 
 
 def test_brief_echo_without_a_total_shows_powers_of_two(capsys, monkeypatch):
-    monkeypatch.setenv("COURSEKIT_HEADLESS", "1")
-    feed(runner.Echo("brief", "x", None), [(0, f"step {s} loss 1") for s in range(1, 301)])
+    monkeypatch.setenv(HEADLESS_ENV, "1")
+    feed(live.Echo("brief", "x", None), [(0, f"step {s} loss 1") for s in range(1, 301)])
     shown = [int(t.split()[1]) for t in capsys.readouterr().out.splitlines()]
     assert shown == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]
 
 
 def test_a_redrawn_line_keeps_what_it_showed_last():
     bar = "[rank0]:  5%|#   | 1/20\r 50%|#####| 10/20\r\n"  # tqdm in a launcher: never do this
-    assert runner._parse(bar) == (0, " 50%|#####| 10/20")
-    assert runner._parse("[rank1]:[rank1]: ValueError: x\n") == (1, "ValueError: x")
+    assert live._parse_hooked(bar)[:2] == (0, " 50%|#####| 10/20")
+    assert live._parse_hooked("[rank1]:[rank1]: ValueError: x\n") == (1, "ValueError: x", True)
 
 
 @pytest.mark.parametrize("bad", [True, "yes", None, 1, "ALL"])
@@ -135,7 +135,7 @@ def test_bad_echo_is_refused_before_any_run(setup, bad):
 def test_brief_echo_leaves_tracebacks_to_the_failure_summary(capsys):
     """The failure's few lines (LauncherFailed, result.failure()) say it; brief does not print
     rank 0's whole traceback first, whether torch's excepthook marked its lines or not."""
-    echo = runner.Echo("brief", "x", None)
+    echo = live.Echo("brief", "x", None)
     echo.line(0, "hello")
     for text in ["Traceback (most recent call last):", '  File "a.py", line 1, in <module>',
                  "    f()", "RuntimeError: marked by torch's excepthook", "its second line"]:

@@ -13,7 +13,8 @@ from conftest import BEHAVE, processes_with
 from jupyter_client import KernelManager
 
 import coursekit
-from coursekit import runner
+from coursekit import echo, runner
+from coursekit import result as run_result
 
 
 def wait_for(predicate, timeout_s=30.0, what="condition"):
@@ -304,13 +305,13 @@ def _finished_run(tmp_path, rank_lines, metrics=True):
 
 
 def test_an_abort_at_exit_after_finished_work_is_not_a_failure(tmp_path):
-    run = _finished_run(tmp_path, ["step 4 loss 0.1", runner.TEARDOWN_ABORT])
+    run = _finished_run(tmp_path, ["step 4 loss 0.1", run_result.TEARDOWN_ABORT])
     assert run.ok and run.aborted_at_exit_only and run.failed_rank() == 1
 
 
 @pytest.mark.parametrize("rank_lines, metrics", [
-    (["step 4 loss 0.1", runner.TEARDOWN_ABORT], False),  # the work did not finish
-    (["Traceback (most recent call last):", "ValueError: x", runner.TEARDOWN_ABORT], True),
+    (["step 4 loss 0.1", run_result.TEARDOWN_ABORT], False),  # the work did not finish
+    (["Traceback (most recent call last):", "ValueError: x", run_result.TEARDOWN_ABORT], True),
     (["step 4 loss 0.1", "Segmentation fault"], True),
 ])  # fmt: skip
 def test_other_failures_stay_failures(tmp_path, rank_lines, metrics):
@@ -392,8 +393,8 @@ def test_a_traceback_keeps_out_the_stdout_lines_tee_mixes_in():
            "[rank1]:[rank1]:     f()", "[rank1]:another print",
            "[rank1]:[rank1]: RuntimeError: first line of the message",
            "[rank1]:[rank1]: second line of the message", "[rank1]:after it"]  # fmt: skip
-    parsed = [runner._parse_hooked(t) for t in raw]
-    tb = runner.parse_traceback([t for _, t, _ in parsed], [h for _, _, h in parsed])
+    parsed = [echo._parse_hooked(t) for t in raw]
+    tb = run_result.parse_traceback([t for _, t, _ in parsed], [h for _, _, h in parsed])
     assert tb.exception == ["RuntimeError: first line of the message",
                             "second line of the message"]  # fmt: skip
     assert tb.key_frame("/x/launch.py") == ("/x/launch.py", 3, "<module>", "f()")
@@ -407,7 +408,7 @@ def test_a_traceback_keeps_out_the_stdout_lines_tee_mixes_in():
     (-11, "exit code -11 (signal 11): crashed with a segmentation fault"),
 ])  # fmt: skip
 def test_exit_codes_are_explained(code, expected):
-    assert runner.exit_meaning(code, traceback_seen=False).startswith(expected)
+    assert run_result.exit_meaning(code, traceback_seen=False).startswith(expected)
 
 
 def test_run_command_of_another_program_prints_its_own_lines(setup, capsys):
