@@ -115,6 +115,21 @@ def stop_kernel(km: AsyncKernelManager) -> None:
     run_sync(km.shutdown_kernel)(now=True)
 
 
+def execute(path: Path, executed: Path, parameters: dict, timeout_s: float,
+            km: AsyncKernelManager) -> None:
+    """Run a notebook with papermill, as the course does everywhere (verify, the tests): its
+    kernel ``km`` (:func:`start_kernel`) in the notebook's folder, the parameters injected, the
+    executed copy written to ``executed``. The whole notebook shares one deadline: each cell
+    gets what is left of it, and a cell cut off is interrupted, so the runner's cleanup kills
+    the processes it started. Raises what papermill raises for a failed cell."""
+    deadline = time.monotonic() + timeout_s
+    papermill.execute_notebook(
+        str(path), str(executed), parameters=parameters, cwd=str(path.parent),
+        kernel_name="python3", progress_bar=False, km=km, interrupt_on_timeout=True,
+        timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
+    )  # fmt: skip
+
+
 def run_notebook(
     path: Path, out_dir: Path, parameters: dict, timeout_s: float, km: AsyncKernelManager
 ) -> NotebookReport:
@@ -126,19 +141,7 @@ def run_notebook(
     deadline = time.monotonic() + timeout_s
     start = time.monotonic()
     try:
-        papermill.execute_notebook(
-            str(path),
-            str(executed),
-            parameters=parameters,
-            cwd=str(path.parent),
-            kernel_name="python3",
-            progress_bar=False,
-            # the whole notebook shares one deadline: each cell gets what is left of it,
-            # and a cell cut off is interrupted, so the runner's cleanup kills its processes
-            timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
-            interrupt_on_timeout=True,
-            km=km,
-        )
+        execute(path, executed, parameters, timeout_s, km)
         report.status = "passed"
     except Exception as err:  # noqa: BLE001 - any failure of a notebook is reported, not raised
         report.status = "timed out" if time.monotonic() >= deadline else "failed"

@@ -16,14 +16,13 @@ import pytest
 sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat  # noqa: E402
-import papermill  # noqa: E402
 import time_table  # noqa: E402
-from traitlets.config import Config  # noqa: E402
 
 import coursekit  # noqa: E402
 from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
 from coursekit.course import COURSE  # noqa: E402
 from coursekit.echo import HEADLESS_ENV  # noqa: E402
+from coursekit.verify import execute, start_kernel, stop_kernel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -36,7 +35,7 @@ def notebook_path(stem_prefix: str) -> Path:
     return path
 
 
-CELL_TIMEOUT_S = 900
+NOTEBOOK_TIMEOUT_S = 900  # a notebook at SMOKE sizes, every cell
 FIGURE_HOOK = Path(__file__).parent / "ipython_startup" / "figure_check.py"
 
 
@@ -62,17 +61,13 @@ def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.
            "IPYTHONDIR": str(figure_check_profile(tmp_path))}  # fmt: skip
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
+    km = start_kernel(notebook, Path(tempfile.mkdtemp(prefix="k")))  # a short socket path
     try:
-        papermill.execute_notebook(
-            str(notebook), str(executed_path), parameters=parameters,
-            cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
-            # a cell that hangs fails its test (interrupted, so the runner kills what it
-            # started) instead of holding the whole suite until CI's limit; no cell needs this
-            execution_timeout=CELL_TIMEOUT_S, interrupt_on_timeout=True,
-            # a local socket, not TCP ports; its files go to the test's own folder
-            config=Config({"KernelManager": {"transport": "ipc", "ip": str(tmp_path / "kernel")}}),
-        )  # fmt: skip
+        # the course's one papermill executor (verify's); a notebook that hangs fails its test
+        # (interrupted: the runner kills what it started) instead of holding the suite
+        execute(notebook, executed_path, parameters, NOTEBOOK_TIMEOUT_S, km)
     finally:
+        stop_kernel(km)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
