@@ -15,9 +15,10 @@ Parts (--parts, comma separated):
            device 0), DDP on 1..N ranks (python: N ranks only);
   sweep    efficiency over batch per rank (compute/communication ratio), 1 process vs N ranks;
   buckets  --layers x Linear(256, 256): per-parameter blocking / async all-reduce, one flat
-           all-reduce, DDP with its default buckets and with each --bucket-caps value, and
-           gradient_as_bucket_view=True at the default; the buckets each DDP really made;
-  profile  torch.profiler trace of one DDP step (rank 0): chrome trace + timeline events.
+           all-reduce, DDP with its default buckets and with each --bucket-caps value (MiB),
+           and gradient_as_bucket_view=True at the default; the buckets each DDP really made;
+  profile  torch.profiler, --profile-steps DDP steps (rank 0): the overlap of each, the chrome
+           trace and timeline events of the median one.
 """
 
 import argparse
@@ -460,8 +461,9 @@ def kineto_quiet():
 
 
 def part_profile(args, device, rank, out, cpu):
-    """One DDP step under torch.profiler (on a GPU with its CUDA activity: kernels in device
-    time); rank 0 keeps the timeline's events and the overlap they show."""
+    """--profile-steps DDP steps, each under torch.profiler (on a GPU with its CUDA activity:
+    kernels in device time); rank 0 keeps the overlap of each, and the timeline's events and
+    chrome trace of the step with the median overlap (one step's share is noisy on gloo)."""
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -469,21 +471,27 @@ def part_profile(args, device, rank, out, cpu):
     t = Trainer(ddp, args.bucket_batch, 256, device)
     for _ in range(3):
         t.step()  # warm-up: DDP rebuilds its buckets after the first step
-    sync(device)
-    dist.barrier(group=cpu)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with kineto_quiet(), torch.profiler.profile(activities=activities) as prof:
-        with torch.profiler.record_function("ddp_step"):
-            t.step()
-            sync(device)
+    steps = []
+    for _ in range(args.profile_steps):
+        sync(device)
+        dist.barrier(group=cpu)
+        with kineto_quiet(), torch.profiler.profile(activities=activities) as prof:
+            with torch.profiler.record_function("ddp_step"):
+                t.step()
+                sync(device)
+        if rank == 0:
+            events = profile_events(prof.events())
+            steps.append((*overlap(events), events, prof))
     if rank != 0:
         return None
+    steps.sort(key=lambda s: s[0])
+    fraction, basis, events, prof = steps[len(steps) // 2]  # the median step
     prof.export_chrome_trace(os.path.join(out, "ddp_step_trace.json"))
-    events = profile_events(prof.events())
-    fraction, basis = overlap(events)
-    return {"events": events, "overlap_fraction": fraction, "overlap_basis": basis}
+    return {"events": events, "overlap_fraction": fraction, "overlap_basis": basis,
+            "overlap_fractions": [s[0] for s in steps]}
 
 
 def peak_memory(device):
@@ -512,8 +520,9 @@ def main():
     parser.add_argument("--sweep-batches", default="2,16,128,1024", help="batch per rank")
     parser.add_argument("--layers", type=int, default=50, help="Linear(256, 256) layers")
     parser.add_argument("--bucket-batch", type=int, default=32)
-    parser.add_argument("--bucket-caps", default="0.25,1,4,16", help="bucket_cap_mb values")
+    parser.add_argument("--bucket-caps", default="0.25,1,4,16", help="bucket_cap_mb values (MiB)")
     parser.add_argument("--profile-bucket-mb", type=float, default=1)
+    parser.add_argument("--profile-steps", type=int, default=3, help="profiled steps (median)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
     parser.add_argument("--target-s", type=float, default=0.3, help="seconds per measurement")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
