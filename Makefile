@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab bench bench-ddp gpu-check site reset clean
+.PHONY: setup verify test lint lab progress bench bench-ddp gpu-check site reset clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,9 @@ site: setup  ## the course as a static website in build/site/, from the last ver
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+progress: setup  ## the course's tasks: solved, not yet, not tried (from build/results)
+	$(PY) -m coursekit.progress
 
 reset: setup  ## between classes: stop this course's leftover processes, then remove build/
 	$(PY) -m coursekit.reset

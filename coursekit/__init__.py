@@ -6,7 +6,7 @@ Lesson content lives in the notebooks and launchers; this package only runs them
 from .cells import show_diff, show_outline
 from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
-from .exercises import answer, answer_file, check_answer
+from .exercises import Tasks, answer, answer_file, check_answer
 from .nodes import JobResult, run_nodes
 from .result import LauncherFailed, LauncherTimeout, RunResult
 from .results import load_results, save_results
@@ -21,6 +21,7 @@ __all__ = [
     "ParameterError",
     "RunResult",
     "Setup",
+    "Tasks",
     "answer",
     "answer_file",
     "check_answer",

@@ -13,6 +13,15 @@
 3. A check cell that tests the answer against the facts (never against the reference)
    and says right or wrong and why: ``coursekit.check_answer(ok, why_right, why_wrong)``.
    A wrong answer does not stop the notebook: the learner reads why and tries again.
+
+:class:`Tasks` keeps a notebook's tasks and their outcomes (solved, not yet, not tried) for
+its results file, ``make progress`` and the verify report. Two kinds of task:
+
+- *predict, then measure*: the learner types a number or a choice before the cell that
+  measures it; ``tasks.predict(name, guess, measured, ...)`` compares with the run's own
+  figure (within its spread, or a tolerance) and says how far off;
+- *write it*: ``tasks.check(name, ok, why_right, why_wrong)`` after a check against the facts
+  (``check_answer`` with the task's name); ``tasks.hint(name, n)`` prints its n-th hint.
 """
 
 from __future__ import annotations
@@ -62,3 +71,81 @@ def check_answer(ok: bool, why_right: str, why_wrong: str) -> bool:
     """Say right or wrong, and why; return ``ok`` for the results file."""
     print(("RIGHT: " + why_right) if ok else ("NOT YET: " + why_wrong))
     return bool(ok)
+
+
+SOLVED, NOT_YET, NOT_TRIED = "solved", "not yet", "not tried"
+TASK_OUTCOMES = (SOLVED, NOT_YET, NOT_TRIED)
+PREDICT, WRITE = "predict", "write"
+
+
+def _shown(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+class Tasks:
+    """A notebook's tasks for the learner, in the order it sets them, with their outcomes."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self._hints: dict[str, tuple[str, ...]] = {}
+
+    def _keep(self, name: str, kind: str, outcome: str, message: str) -> bool:
+        if any(r["name"] == name for r in self.records):
+            raise ValueError(f"task {name!r} is already checked in this notebook: one name each")
+        self.records.append({"name": name, "kind": kind, "outcome": outcome})
+        print(message)
+        return outcome == SOLVED
+
+    def predict(self, name: str, guess, measured, *, low=None, high=None, within: float = 0.0,
+                unit: str = "", why: str = "") -> bool:  # fmt: skip
+        """Compare the learner's prediction ``guess`` (None: not tried) with the run's
+        ``measured``: a number is right inside [low, high] (the spread the run measured), else
+        within ``within`` (a fraction) of ``measured``; anything else must equal it. ``why``
+        says what decides the answer, shown when the guess is off."""
+        if guess is None or guess is ...:
+            return self._keep(name, PREDICT, NOT_TRIED,
+                              f"(no prediction for {name}: the run measured "
+                              f"{_shown(measured)}{unit})")  # fmt: skip
+        numeric = isinstance(measured, int | float) and not isinstance(measured, bool)
+        if numeric:
+            if not isinstance(guess, int | float) or isinstance(guess, bool):
+                return self._keep(name, PREDICT, NOT_YET,
+                                  f"NOT YET ({name}): give a number, not {guess!r}")  # fmt: skip
+            low = measured * (1 - within) if low is None else low
+            high = measured * (1 + within) if high is None else high
+            right = min(low, high) <= guess <= max(low, high)
+            off = (f"{guess / measured:.2g}x the measurement" if measured
+                   else f"{guess - measured:+.3g} from it")  # fmt: skip
+            spread = f" (the run's range {_shown(low)} to {_shown(high)}{unit})" if low != high \
+                else ""
+        else:
+            right, off, spread = guess == measured, f"you said {guess!r}", ""
+        said = f"you predicted {_shown(guess)}{unit}, the run measured {_shown(measured)}{unit}"
+        if right:
+            return self._keep(name, PREDICT, SOLVED, f"RIGHT ({name}): {said}{spread}")
+        return self._keep(name, PREDICT, NOT_YET,
+                          f"NOT YET ({name}): {said}{spread}: {off}. {why}".rstrip(". ") + ".")
+
+    def check(self, name: str, ok: bool | None, why_right: str, why_wrong: str) -> bool:
+        """A written task checked against the facts: ``ok`` None when the learner's code is
+        still the unfinished starter (not tried), else right or wrong, with why."""
+        if ok is None:
+            return self._keep(name, WRITE, NOT_TRIED, f"(not tried yet: {name}) {why_wrong}")
+        outcome = SOLVED if ok else NOT_YET
+        prefix = "RIGHT" if ok else "NOT YET"
+        return self._keep(name, WRITE, outcome,
+                          f"{prefix} ({name}): {why_right if ok else why_wrong}")  # fmt: skip
+
+    def hints(self, name: str, *hints: str) -> None:
+        """Register the hints of task ``name``, weakest first."""
+        self._hints[name] = hints
+
+    def hint(self, name: str, n: int = 1) -> None:
+        """Print the n-th hint of task ``name`` (one at a time: ask for the next if needed)."""
+        hints = self._hints.get(name, ())
+        if not 1 <= n <= len(hints):
+            raise ValueError(f"task {name!r} has {len(hints)} hint(s): ask for 1 to {len(hints)}")
+        print(f"hint {n} of {len(hints)} ({name}): {hints[n - 1]}")
+
+    def summary(self) -> dict:
+        return {o: sum(r["outcome"] == o for r in self.records) for o in TASK_OUTCOMES}

@@ -208,6 +208,10 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
         if r.claims:
             counts = ", ".join(f"{len(r.claims_with(o))} {o}" for o in OUTCOMES)
             body.append(f"<h3>Claims ({counts})</h3>" + _claims_list(r.claims))
+        if r.tasks:
+            body.append("<h3>The learner's tasks</h3><table class=\"tasks\">" + "".join(
+                f"<tr><td>{e(t['name'])}</td><td>{e(t['kind'])}</td><td>{e(t['outcome'])}</td>"
+                "</tr>" for t in r.tasks) + "</table>")  # fmt: skip
         if r.figures:
             body.append("<h3>Key figures</h3><table>" + "".join(
                 f"<tr><td>{e(k)}</td><td>{e(_shown(v))}</td></tr>" for k, v in r.figures.items()

@@ -1,9 +1,10 @@
 """The results contract: each notebook's key figures in RESULTS_DIR/<notebook stem>.json.
 
-Flat ``name: number | string | bool``, plus the tier the notebook ran on, and ``claims``:
-the lesson's measured sentences, each with its figures, condition and outcome here (held,
-not held, no difference, skipped: see :mod:`coursekit.claims`). Tests and the verify report
-read these files, never the notebook's printed text.
+Flat ``name: number | string | bool``, plus the tier the notebook ran on, ``claims``: the
+lesson's measured sentences, each with its figures, condition and outcome here (held, not
+held, no difference, skipped: see :mod:`coursekit.claims`), and ``tasks``: the learner's
+tasks and their outcomes (solved, not yet, not tried: :class:`coursekit.exercises.Tasks`).
+Tests, ``make progress`` and the verify report read these files, never the printed text.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ from pathlib import Path
 
 from .claims import Claim
 from .config import Setup
+from .exercises import Tasks
 
 
-def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = ()) -> Path:
-    """Write ``figures`` and ``claims`` for notebook ``stem`` and print them, packed in a few
-    lines; returns the file's path."""
+def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = (),
+                 tasks: Tasks | None = None) -> Path:  # fmt: skip
+    """Write ``figures``, ``claims`` and ``tasks`` for notebook ``stem`` and print them,
+    packed in a few lines; returns the file's path."""
     record: dict[str, object] = {"notebook": stem, "tier": setup.tier, "device": setup.device,
                                  "nproc": setup.nproc, "smoke": setup.smoke}
     for name, value in figures.items():
-        if name in record or name == "claims":
+        if name in record or name in ("claims", "tasks"):
             raise ValueError(f"result {name!r}: that name is the results file's own")
         if isinstance(value, numbers.Number) and not isinstance(value, bool):
             value = value.item() if hasattr(value, "item") else value  # numpy / torch scalars
@@ -36,13 +39,15 @@ def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = (
                             "numbers, strings or booleans")
         record[name] = value
     record["claims"] = [c.as_record() for c in claims]
+    record["tasks"] = tasks.records if tasks is not None else []
     setup.results_dir.mkdir(parents=True, exist_ok=True)
     path = setup.results_dir / f"{stem}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     counts = Counter(c.outcome for c in claims)
     outcomes = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+    solved = sum(r["outcome"] == "solved" for r in record["tasks"])
     print(f"results -> {path}: {len(figures)} figures, {len(claims)} claims "
-          f"({outcomes or 'none'})")
+          f"({outcomes or 'none'}), {solved} of {len(record['tasks'])} tasks solved")
     pairs = [f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
              for name, value in figures.items()]  # fmt: skip
     # packed, not one per line: the file has them all, the cell stays short

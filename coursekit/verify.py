@@ -42,12 +42,12 @@ from .claims import (  # noqa: E402
 )
 from .config import ParameterError, check_parameters  # noqa: E402
 from .echo import HEADLESS_ENV  # noqa: E402  launches print step lines, not a widget
-from .exercises import SOLUTIONS_ENV  # noqa: E402
+from .exercises import SOLUTIONS_ENV, TASK_OUTCOMES  # noqa: E402
 from .report import hardware, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAIMS_DOC = ROOT / "docs" / "claims.md"  # every claim of the course, from a whole verify
-CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke", "claims"}
+CONTEXT_KEYS = {"notebook", "tier", "device", "nproc", "smoke", "claims", "tasks"}
 
 
 @dataclass
@@ -60,6 +60,7 @@ class NotebookReport:
     tier: str | None = None  # as the notebook's results file reports it
     figures: dict = field(default_factory=dict)
     claims: list = field(default_factory=list)  # as the results file has them: text, held, ...
+    tasks: list = field(default_factory=list)  # the learner's tasks: name, kind, outcome
     longest_output_lines: int = 0  # the most lines one cell printed (coursekit.cells)
     longest_output_cell: int | None = None  # that cell's index in the committed notebook
 
@@ -158,6 +159,7 @@ def run_notebook(
         report.tier = figures.get("tier")
         report.figures = {k: v for k, v in figures.items() if k not in CONTEXT_KEYS}
         report.claims = figures.get("claims", [])
+        report.tasks = figures.get("tasks", [])
     return report
 
 
@@ -199,6 +201,13 @@ def claims_summary(reports: list[NotebookReport]) -> str:
                 lines.append(f"    {'why' if outcome == SKIPPED else 'true here'}: "
                              f"{true_here or '(see the figures)'}")  # fmt: skip
     return "\n".join(lines)
+
+
+def tasks_summary(reports: list[NotebookReport]) -> str:
+    """One line: the learner's tasks of this run, by outcome (make progress lists them)."""
+    counts = {o: sum(t["outcome"] == o for r in reports for t in r.tasks) for o in TASK_OUTCOMES}
+    return (f"tasks: {sum(counts.values())}: " + ", ".join(f"{n} {o}" for o, n in counts.items())
+            + " (make progress lists them)")
 
 
 def write_claims_docs(args, reports: list[NotebookReport], tier: str, complete: bool) -> None:
@@ -278,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntier: {tier}")
     print(summary_table(reports))
     print("\n" + claims_summary(reports))
+    print(tasks_summary(reports))
     html_report = args.build / "report.html"
     budgets = write_report(html_report, reports, select(args.notebooks_dir, []),
                            args.build / "executed", tier, parameters)  # fmt: skip

@@ -17,6 +17,9 @@ import pytest
 from conftest import NOTEBOOKS, ROOT
 from IPython.core.inputtransformer2 import TransformerManager
 
+import coursekit
+from coursekit.progress import progress_table
+
 TESTS = Path(__file__).parent
 SOLUTIONS = ROOT / "solutions"
 SETENV = re.compile(r"setenv\(\s*(?:\"COURSE_SOLUTIONS\"|'COURSE_SOLUTIONS'|SOLUTIONS_ENV)\s*,"
@@ -157,3 +160,43 @@ def test_scan_names_what_is_missing(tmp_path, change, message):
     kwargs = {"cells": [LEARNER, PICK, CHECK], **change}
     problems = exercise_problems(*make_course(tmp_path, **kwargs))
     assert any(message in p for p in problems), problems
+
+
+# tasks: predict-then-measure and write-it, their outcomes in the results and make progress
+
+
+def test_a_prediction_is_right_inside_the_runs_spread_and_says_how_far_off_outside(capsys):
+    tasks = coursekit.Tasks()
+    assert tasks.predict("all-reduces", 24, 24) is True
+    assert tasks.predict("step ms", 30.0, 25.0, low=21.0, high=33.0, unit=" ms") is True
+    assert tasks.predict("bytes", 8, 24, why="each rank sends 2(p-1)/p of it") is False
+    assert tasks.predict("which rank hangs", "rank 1", "rank 0") is False
+    assert tasks.predict("bubble", None, 0.33) is False
+    shown = capsys.readouterr().out
+    assert "RIGHT (all-reduces): you predicted 24, the run measured 24" in shown
+    assert "the run's range 21 to 33 ms" in shown
+    assert "NOT YET (bytes): you predicted 8, the run measured 24: 0.33x the measurement. each " \
+           "rank sends 2(p-1)/p of it." in shown
+    assert "(no prediction for bubble: the run measured 0.33)" in shown
+    assert [r["outcome"] for r in tasks.records] == ["solved", "solved", "not yet", "not yet",
+                                                      "not tried"]  # fmt: skip
+
+
+def test_written_tasks_hints_and_the_progress_table(setup, capsys):
+    tasks = coursekit.Tasks()
+    tasks.hints("ring", "split the tensor into p chunks", "send chunk (rank - step) % p")
+    tasks.hint("ring", 2)
+    with pytest.raises(ValueError, match="has 2 hint"):
+        tasks.hint("ring", 3)
+    tasks.check("ring", False, "it sums", "rank 1 holds 3, one process 6: a chunk was dropped")
+    tasks.check("atomic save", None, "", "write save_checkpoint() above, then run this cell")
+    with pytest.raises(ValueError, match="already checked"):
+        tasks.check("ring", True, "", "")
+    shown = capsys.readouterr().out
+    assert "hint 2 of 2 (ring): send chunk (rank - step) % p" in shown
+    assert "NOT YET (ring): rank 1 holds 3, one process 6: a chunk was dropped" in shown
+    coursekit.save_results("04_a_real_ddp_training_loop", {}, setup, tasks=tasks)
+    table = progress_table(setup.results_dir)
+    assert table.startswith("0 of 2 tasks solved, 1 not yet, 1 not tried")
+    assert "| 04_a_real_ddp_training_loop | ring | write | ✘ not yet |" in table
+    assert "| 00_environment_check | (not run yet) | | |" in table
