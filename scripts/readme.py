@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-"""The README's generated tables, from the files that hold their figures (never typed):
+"""The course's generated text, in every Markdown file that holds its markers (never typed):
 
-- the course map, from the course's table (coursekit/course.py);
-- the last fresh-clone .ci/run's stages and parts, and each notebook's full-size verify
-  seconds with its class budget, from .ci/last-fresh-clone.json (scripts/ci_times.py).
+- blocks between ``<!-- NAME: begin (scripts/readme.py) -->`` and ``<!-- NAME: end -->``:
+  ``course-map`` (README.md), from the course's table (coursekit/course.py); ``ci-times``
+  (docs/internals.md), the last fresh-clone .ci/run's stages and where `make test` spent its
+  time; ``verify-times`` (docs/instructors.md), each notebook's full-size verify seconds and
+  its class budget;
+- figures inside a sentence, ``<!-- generated: NAME -->...<!-- /generated -->``:
+  ``verify-time`` and ``test-time`` (the record's "make verify" and "make test" stages) and
+  ``course-length`` (the sum of the notebooks' class budgets, coursekit.report.class_minutes
+  of the record's verify seconds).
 
-    python scripts/readme.py            # rewrite them in README.md
-    python scripts/readme.py --check    # exit 1 if README.md is not what they give
+Every figure comes from .ci/last-fresh-clone.json (scripts/ci_times.py). The files scanned:
+README.md, CONTRIBUTING.md, docker/README.md and docs/*.md (not docs/claims.md, which
+`make verify` writes). The check also fails when a block has left its file or a relative
+link in those files leads nowhere.
+
+    python scripts/readme.py            # rewrite them
+    python scripts/readme.py --check    # exit 1 if a file is not what they give
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,25 +35,115 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import ci_times  # noqa: E402  beside this script
 
 from coursekit.course import course_map  # noqa: E402
+from coursekit.report import class_minutes  # noqa: E402
 
 README = ROOT / "README.md"
 MAP = ("<!-- course-map: begin (scripts/readme.py) -->", "<!-- course-map: end -->")
+NOT_SCANNED = {ROOT / "docs" / "claims.md"}  # written by make verify, not by this script
+
+# a block: its markers, what goes between them, and the file that must hold it
+BLOCKS: dict[str, tuple[tuple[str, str], Callable[[dict], str], str]] = {
+    "course-map": (MAP, lambda figures: course_map(), "README.md"),
+    "ci-times": ((ci_times.BEGIN, ci_times.END), ci_times.table, "docs/internals.md"),
+    "verify-times": ((ci_times.NB_BEGIN, ci_times.NB_END), ci_times.notebook_table,
+                     "docs/instructors.md"),
+}  # fmt: skip
+INLINE = re.compile(r"<!-- generated: ([a-z-]+) -->(.*?)<!-- /generated -->", re.S)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def between(text: str, markers: tuple[str, str], body: str) -> str:
+def files() -> list[Path]:
+    """The Markdown files that may hold generated text."""
+    found = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "docker" / "README.md",
+             *sorted((ROOT / "docs").glob("*.md"))]  # fmt: skip
+    return [p for p in found if p.exists() and p not in NOT_SCANNED]
+
+
+def _minutes(seconds: float) -> str:
+    return f"about {round(seconds / 60)} minutes"
+
+
+def _run(figures: dict) -> str:
+    return f"the last fresh-clone `.ci/run`, commit `{figures['commit'][:7]}` on {figures['cpu']}"
+
+
+def stage_time(stage: str) -> Callable[[dict], str]:
+    def shown(figures: dict) -> str:
+        seconds = figures["stages"][stage]
+        return f"{_minutes(seconds)} ({seconds:.0f} s in {_run(figures)})"
+
+    return shown
+
+
+def course_length(figures: dict) -> str:
+    """The sum of the notebooks' class budgets, with the record's verify seconds."""
+    seconds = ci_times.verify_seconds(figures)
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    total = sum(class_minutes(nb, seconds.get(nb.name[:2]))["minutes"] for nb in notebooks)
+    hours, minutes = divmod(total, 60)
+    counted = ("they count reading, code, running and exercises" if seconds else
+               "they count reading, code and exercises, not running: the last record kept no "
+               "verify seconds per notebook")  # fmt: skip
+    return (f"about {hours} h {minutes:02d} min of class time ({total} min: the "
+            f"{len(notebooks)} notebooks' class budgets added up; {counted})")
+
+
+FIGURES: dict[str, Callable[[dict], str]] = {
+    "verify-time": stage_time("make verify"),
+    "test-time": stage_time("make test"),
+    "course-length": course_length,
+}
+
+
+def fill_block(text: str, markers: tuple[str, str], body: str, where: str) -> str:
+    """Every block between ``markers`` in ``text`` holds ``body``."""
     begin, end = markers
-    head, sep, rest = text.partition(begin)
-    _, sep2, tail = rest.partition(end)
-    if not sep or not sep2:
-        raise SystemExit(f"README.md lacks the markers {begin!r} ... {end!r}")
-    return f"{head}{begin}\n{body}\n{end}{tail}"
+    parts = text.split(begin)
+    out = [parts[0]]
+    for part in parts[1:]:
+        _, sep, tail = part.partition(end)
+        if not sep:
+            raise SystemExit(f"{where}: {begin!r} has no {end!r} after it")
+        out.append(f"{begin}\n{body}\n{end}{tail}")
+    return "".join(out)
 
 
-def rendered(text: str, record: Path = ci_times.LAST_FRESH_CLONE) -> str:
-    figures = json.loads(record.read_text())
-    text = between(text, MAP, course_map())
-    text = between(text, (ci_times.BEGIN, ci_times.END), ci_times.table(figures))
-    return between(text, (ci_times.NB_BEGIN, ci_times.NB_END), ci_times.notebook_table(figures))
+def rendered(text: str, figures: dict, where: str = "README.md") -> str:
+    """``text`` with every block and inline figure it holds filled in from ``figures``."""
+    for markers, body, _ in BLOCKS.values():
+        if markers[0] in text:
+            text = fill_block(text, markers, body(figures), where)
+
+    def figure(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in FIGURES:
+            raise SystemExit(f"{where}: no generated figure {name!r} (known: {', '.join(FIGURES)})")
+        return f"<!-- generated: {name} -->{FIGURES[name](figures)}<!-- /generated -->"
+
+    return INLINE.sub(figure, text)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def broken_links(path: Path, text: str) -> list[str]:
+    """Relative links in ``text`` whose file, or whose heading in a Markdown file, is missing."""
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto: ...
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(target)
+        elif anchor and linked.suffix == ".md":
+            headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
+            if anchor not in {_slug(h) for h in headings}:
+                broken.append(target)
+    return broken
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,16 +152,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, default=ci_times.LAST_FRESH_CLONE,
                         help="the .ci/run record to show (default: the last fresh clone's)")
     args = parser.parse_args(argv)
-    text = README.read_text()
-    wanted = rendered(text, args.record)
-    if args.check:
+    figures = json.loads(args.record.read_text())
+    problems = []
+    for name, (markers, _, home) in BLOCKS.items():
+        home_path = ROOT / home
+        if not home_path.exists() or markers[0] not in home_path.read_text():
+            problems.append(f"{home} lacks the generated block {name!r} ({markers[0]})")
+    for path in files():
+        where = str(path.relative_to(ROOT))
+        text = path.read_text()
+        # at the start of a line a comment opens an HTML block: the figure would leave its sentence
+        problems += [f"{where}: a generated figure starts a line; keep it inside its sentence"
+                     for _ in re.finditer(r"^[ \t]*<!-- generated:", text, re.M)]
+        wanted = rendered(text, figures, where)
         if wanted != text:
-            print("README.md's generated tables are out of date: run `python scripts/readme.py`",
-                  file=sys.stderr)  # fmt: skip
-            return 1
-        return 0
-    README.write_text(wanted)
-    return 0
+            if args.check:
+                problems.append(f"{where}: its generated text is out of date: run "
+                                "`python scripts/readme.py`")  # fmt: skip
+            else:
+                path.write_text(wanted)
+        problems += [f"{where}: the link {link!r} leads nowhere"
+                     for link in broken_links(path, wanted)]
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
