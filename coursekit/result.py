@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 ROOT_CAUSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
+STACK_FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (.+)$')  # faulthandler's, no comma
 # What a rank prints when torch 2.13 aborts it while its interpreter shuts down, after its
 # work is done (seen in core dumps here): the gloo process group outlived
 # destroy_process_group, and one of its threads, still releasing the last collective's
@@ -89,6 +90,13 @@ class Traceback:
         return (outside or self.frames)[-1]
 
 
+def _source_line(file: str, line: int) -> str:
+    try:
+        return Path(file).read_text().splitlines()[line - 1].strip()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return "(source not readable)"
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve()
@@ -141,6 +149,7 @@ class RunResult:
     script: str | None = None  # the launcher, for the key line of a traceback
     timeout_s: float | None = None
     torchrun: bool = True  # False: run_command ran something else (its lines have no rank)
+    asked_where: bool = False  # at its timeout the ranks were asked to print their stacks
 
     @property
     def out_dir(self) -> Path:
@@ -257,13 +266,21 @@ class RunResult:
         logs = self.log_dir if self.torchrun else self.run_dir / "output.log"
         where = f"whole log: {logs} ({self.log_hint()})"
         if self.timed_out:
-            last = self.rank_lines(0)[-1:] or [t for _, t in self.lines][-1:]
             limit = f"TIMEOUT_S={self.timeout_s:g} s" if self.timeout_s else "its timeout"
+            stood = self.where_ranks_stood()
+            if stood:
+                places = [f"  rank {r}: {stood[r]}" if r in stood
+                          else f"  rank {r}: (no stack: it had ended, or could not print)"
+                          for r in range(self.nproc)]  # fmt: skip
+            else:
+                last = self.rank_lines(0)[-1:] or [t for _, t in self.lines][-1:]
+                places = ["  last line of rank 0: " + (repr(last[0]) if last else NOTHING)]
             return "\n".join([
                 f"{self.name} ran past {limit} and was stopped; all its processes were killed "
                 f"(raise TIMEOUT_S if it was only slow, else it hung: a rank waiting in a "
-                f"collective its partners never joined)",
-                "  last line of rank 0: " + (repr(last[0]) if last else NOTHING),
+                f"collective its partners never joined)" + (". Where each rank stood:"
+                                                            if stood else ""),
+                *places,
                 where,
             ])  # fmt: skip
         if self.ok:
@@ -286,6 +303,24 @@ class RunResult:
             lines.append("  its last line: " + (repr(own[-1]) if own else NOTHING))
         lines.append(where)
         return "\n".join(lines)
+
+    def where_ranks_stood(self) -> dict[int, str]:
+        """Rank -> where it was when the run was stopped at its timeout: the innermost frame
+        of the launcher (else outside Python and torch) in the stacks each rank printed then
+        (faulthandler's "File ..., line N in f" lines, innermost first)."""
+        where = {}
+        for rank in range(self.nproc):
+            own = self.rank_lines(rank)
+            starts = [i for i, t in enumerate(own) if t.endswith("(most recent call first):")]
+            if not starts:
+                continue
+            frames = [m.groups() for t in own[starts[0]:] if (m := STACK_FRAME.match(t))]
+            mine = [f for f in frames if self.script and _same_file(f[0], self.script)]
+            outside = [f for f in frames if not _library_file(f[0])]
+            if chosen := (mine or outside or frames)[:1]:
+                file, line, func = chosen[0]
+                where[rank] = f"{_short(file)}:{line} in {func}: {_source_line(file, int(line))}"
+        return where
 
     def log_hint(self) -> str:
         rank = self.failed_rank()

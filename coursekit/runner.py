@@ -85,6 +85,44 @@ def _kill_all_live() -> None:
         _kill_tree(proc, {})
 
 
+STACKS = Path(__file__).resolve().parent / "stacks"  # its sitecustomize: stacks on SIGUSR1
+WHERE_WAIT_S = 2.0  # how long the ranks get to print their stacks before the kill
+
+
+def _run_environment(extra: dict[str, str] | None) -> dict[str, str]:
+    """The run's environment: unbuffered output, and every Python process of it ready to print
+    its stacks on SIGUSR1 (coursekit/stacks/sitecustomize.py)."""
+    path = os.pathsep.join(p for p in (str(STACKS), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(extra or {})}
+
+
+def _ask_where_ranks_stand(proc: subprocess.Popen, lines: queue.Queue, result: RunResult) -> None:
+    """SIGUSR1 to every rank (torchrun's children): each prints its threads' stacks; their
+    lines are kept in ``result`` as they arrive, for WHERE_WAIT_S at most."""
+    try:
+        (agent,) = psutil.Process(proc.pid).children()
+        ranks = agent.children()
+    except (ValueError, psutil.Error):
+        return
+    for rank in ranks:
+        try:
+            rank.send_signal(signal.SIGUSR1)
+        except psutil.Error:
+            pass
+    result.asked_where = True
+    deadline = time.monotonic() + WHERE_WAIT_S
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            raw = lines.get(timeout=min(0.2, left))
+        except queue.Empty:
+            continue
+        if raw is None:
+            break
+        rank, text, hooked = _parse_hooked(raw)
+        result.lines.append((rank, text))
+        result.hooked.append(hooked)
+
+
 def _read_lines(stream, sink: queue.Queue) -> None:
     for raw in iter(stream.readline, b""):
         sink.put(raw.decode("utf-8", errors="replace"))
@@ -211,7 +249,7 @@ def run_command(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        env=_run_environment(env),
         start_new_session=True,
         preexec_fn=_die_with_parent if _libc else None,
     )
@@ -227,6 +265,8 @@ def run_command(
             now = time.monotonic()
             if now - start > timeout_s:
                 result.timed_out = True
+                if torchrun:  # before the kill: each rank prints where it waits
+                    _ask_where_ranks_stand(proc, lines, result)
                 break
             if stop is not None and stop.is_set():
                 break

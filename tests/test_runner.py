@@ -160,8 +160,11 @@ def test_timeout_kills_every_process(setup, token):
         done.set()
         sampler.join()
     message = str(caught.value)
-    assert "ran past TIMEOUT_S=15 s" in message and "last line of rank 0: " in message
-    assert message.splitlines()[-1].startswith("whole log: ") and len(message.splitlines()) <= 5
+    assert "ran past TIMEOUT_S=15 s" in message and "Where each rank stood:" in message
+    lines = message.splitlines()  # each rank's place, from the stacks it printed on SIGUSR1
+    assert "rank 0: " in lines[1] and "behave.py" in lines[1] and "HANG-COLLECTIVE" in lines[1]
+    assert "rank 1: " in lines[2] and "HANG-SLEEP" in lines[2], message
+    assert lines[-1].startswith("whole log: ") and len(lines) <= 5
     assert max(counts) == 4, "expected the guard, torchrun and 2 workers while it ran"
     assert processes_with(token) == []
 

@@ -3,7 +3,7 @@
 --mode chatty : every rank prints many long lines fast (garbling would show)
 --mode slow   : rank 0 prints, waits, prints again (live streaming would show)
 --mode fail   : rank 1 raises a planted error after the others reach a barrier
---mode hang   : every rank waits forever
+--mode hang   : rank 0 waits in an all-reduce the others never join; they sleep forever
 --token is only there so the tests can find these processes by their command line.
 """
 
@@ -11,6 +11,7 @@ import argparse
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
 parser = argparse.ArgumentParser()
@@ -36,6 +37,8 @@ elif args.mode == "fail":
     time.sleep(30)  # the other ranks are busy when rank 1 dies
 elif args.mode == "hang":
     print(f"pid {os.getpid()} waiting forever", flush=True)
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))  # HANG-COLLECTIVE: no other rank joins it
     while True:
-        time.sleep(1)
+        time.sleep(1)  # HANG-SLEEP
 dist.destroy_process_group()
