@@ -5,7 +5,7 @@
 2. One line that picks what gets checked::
 
        answer = coursekit.answer(my_answer, "01_why_is_my_second_gpu_idle", "device0_bytes")
-       script = coursekit.answer_file("../launchers/ring_exercise.py", "ring_allreduce.py")
+       script = coursekit.answer_file("../launchers/ring_allreduce.py", "ring_allreduce.py")
 
    Normally that is the learner's own answer. When reference solutions are requested
    (``make verify SOLUTIONS=1``, or the environment variable ``COURSE_SOLUTIONS`` naming a

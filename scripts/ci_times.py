@@ -7,10 +7,10 @@ how long each notebook took in its full-size `make verify`.
 ``record`` writes build/ci-times.json from the stage seconds .ci/run measured, the part
 table that `make test` left in build/test-times.json (tests/time_table.py) and each
 notebook's seconds in build/verify.json. After a fresh-clone run on an idle machine, copy
-that file to .ci/last-fresh-clone.json and run scripts/readme.py: the README's contributor section
-and its table of notebook times and class budgets (coursekit.report.class_minutes of those
-seconds) show those figures, never typed ones; the tests' class-budget check reads the same
-file (:func:`verify_seconds`).
+that file to .ci/last-fresh-clone.json and run scripts/readme.py: docs/internals.md's suite
+figures, docs/instructors.md's table of notebook times and class budgets
+(coursekit.report.class_minutes of those seconds) and the README's times show those figures,
+never typed ones; the tests' class-budget check reads the same file (:func:`verify_seconds`).
 """
 
 from __future__ import annotations
