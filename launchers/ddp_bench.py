@@ -13,7 +13,8 @@ Parts (--parts, comma separated):
            them). 1 process (1 thread; N threads: matmul only), DataParallel re-implemented
            with threads as in notebook 01 (outputs gathered, loss, reduction and step on
            device 0), DDP on 1..N ranks (python: N ranks only);
-  sweep    efficiency over batch per rank (compute/communication ratio), 1 process vs N ranks;
+  sweep    efficiency over batch per rank (compute/communication ratio), 1 process vs N ranks
+           (at the scaling part's own batch per rank, its DDP too: after scaling);
   buckets  --layers x Linear(256, 256): per-parameter blocking / async all-reduce, one flat
            all-reduce, DDP with its default buckets and with each --bucket-caps value (MiB),
            and gradient_as_bucket_view=True at the default; the buckets each DDP really made;
@@ -260,6 +261,9 @@ def dataparallel(base, batch, width, world, device, cpu):
     return shared[0], step, shared[1]
 
 
+SCALING_DDP = {}  # the scaling part's N-rank DDP step on the MLP, its batch per rank and width
+
+
 def part_scaling(args, device, rank, world, groups, name):
     torch.manual_seed(0)
     model, width, batch = scaling_model(args, name)
@@ -296,6 +300,9 @@ def part_scaling(args, device, rank, world, groups, name):
         else:
             variants[f"DDP {n} rank{'s' * (n > 1)}"] = (None, set(range(n)))
     seconds = timed_rounds(variants, steps, args.rounds, device, rank, cpu)
+    if name == "matmul":  # the sweep steps this DDP again, in its rounds at the same point
+        SCALING_DDP.update(step=variants[f"DDP {world} rank{'s' * (world > 1)}"],
+                           batch=gbatch // world, width=width)
     return {"model": name, "global_batch": gbatch, "steps": steps, "seconds": seconds,
             "solo": solo_name, "dp_note": dp_note,
             "threads": threads, "params": sum(p.numel() for p in base.parameters()),
@@ -304,6 +311,9 @@ def part_scaling(args, device, rank, world, groups, name):
 
 
 def part_sweep(args, device, rank, world, groups):
+    """Per batch: 1 process against N ranks, side by side. At the scaling part's own point
+    (same MLP, same batch per rank) its DDP steps in the same rounds too: the two agree, or
+    the difference is not the time between the parts."""
     points = []
     for batch in args.sweep_batches:
         torch.manual_seed(0)
@@ -312,8 +322,10 @@ def part_sweep(args, device, rank, world, groups):
         ddp = Trainer(DDP(copy.deepcopy(base), device_ids=[device.index]
                           if device.type == "cuda" else None), batch, args.sweep_width, device)
         steps = steps_for(one.step, {0}, args.target_s / 2, device, groups["cpu"])
-        seconds = timed_rounds({"1 process": (one.step, {0}), f"{world} ranks": (ddp.step, set(
-            range(world)))}, steps, args.rounds, device, rank, groups["cpu"])
+        variants = {"1 process": (one.step, {0}), f"{world} ranks": (ddp.step, set(range(world)))}
+        if (SCALING_DDP.get("batch"), SCALING_DDP.get("width")) == (batch, args.sweep_width):
+            variants["the scaling part's DDP"] = SCALING_DDP["step"]
+        seconds = timed_rounds(variants, steps, args.rounds, device, rank, groups["cpu"])
         points.append({"batch_per_rank": batch, "width": args.sweep_width, "depth": args.depth,
                        "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),
                        "steps": steps, "seconds": seconds})
@@ -558,6 +570,7 @@ def main():
            "buckets": lambda: part_buckets(args, device, rank, world, groups["cpu"]),
            "profile": lambda: part_profile(args, device, rank, args.out, groups["cpu"])}
     for part in parts:
+        metrics[f"load_average_{part}"] = os.getloadavg()[0]  # as the part starts
         start = time.perf_counter()
         metrics[part] = run[part]()
         if rank == 0:

@@ -93,10 +93,14 @@ def test_the_reported_order_is_decided_over_the_rounds(results):
 
 
 def test_section_2_and_the_sweep_measure_the_same_point(results):
-    # section 2's MLP step at its batch per rank is also a point of the sweep: a claim they agree
-    claim = claim_about(results, "Section 2's DDP step")
+    # section 2's DDP steps again in the sweep's rounds at its own batch per rank: compared per
+    # round there (minutes apart, a busy machine's load moves: that ratio is a figure only)
+    claim = claim_about(results, "Section 2's DDP")
     assert claim["figures"]["batch"] == 64  # SMOKE's batch per rank
-    assert claim["figures"]["ratio"] == pytest.approx(results["sweep_vs_section2_ratio"], rel=1e-3)
+    assert claim["figures"]["measurements"] == 5  # SMOKE's rounds, paired
+    assert claim["figures"]["ratio"] == pytest.approx(results["section2_vs_sweep_same_rounds"],
+                                                      rel=1e-3)
+    assert claim["figures"]["apart"] == pytest.approx(results["section2_vs_sweep_apart"], rel=1e-3)
 
 
 def test_sizes_are_mib_and_the_reported_case_has_no_unsourced_numbers():
