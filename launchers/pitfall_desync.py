@@ -73,13 +73,14 @@ def main():
             x[0, 0, 0, 0] = float("nan")  # a corrupt sample, on one rank only
         loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
         if not torch.isfinite(loss):
-            print(f"step {step}  loss is {loss.item()}: skipping this batch", flush=True)
+            print(f"step {step}  loss is {loss.item()}: skipping this batch\n", end="", flush=True)
             continue  # BUG: a decision only this rank makes; the others do not skip
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # a collective: every rank must get here, every step
         optimizer.step()
         checksum = sum(p.double().sum().item() for p in model.parameters())
-        print(f"step {step}  loss {loss.item():.4f}  checksum {checksum:.10f}", flush=True)
+        line = f"step {step}  loss {loss.item():.4f}  checksum {checksum:.10f}\n"
+        print(line, end="", flush=True)  # one write, its newline included: notebook 08 §3
     faulthandler.cancel_dump_traceback_later()
 
     checksum = sum(p.double().sum().item() for p in model.parameters())

@@ -74,13 +74,14 @@ def main():
         bad = torch.tensor([0.0 if torch.isfinite(loss) else 1.0], device=device)
         dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # FIX: one decision, taken by all ranks
         if bad.item():
-            print(f"step {step}  a rank has a bad batch: every rank skips it", flush=True)
+            print(f"step {step}  a rank has a bad batch: every rank skips it\n", end="", flush=True)
             continue
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # a collective: every rank must get here, every step
         optimizer.step()
         checksum = sum(p.double().sum().item() for p in model.parameters())
-        print(f"step {step}  loss {loss.item():.4f}  checksum {checksum:.10f}", flush=True)
+        line = f"step {step}  loss {loss.item():.4f}  checksum {checksum:.10f}\n"
+        print(line, end="", flush=True)  # one write, its newline included: notebook 08 §3
     faulthandler.cancel_dump_traceback_later()
 
     checksum = sum(p.double().sum().item() for p in model.parameters())
