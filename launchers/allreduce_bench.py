@@ -11,7 +11,8 @@ Also, in the same rounds (so that every figure sees the same machine):
   --ring FILE    the ring_all_reduce() of FILE on the same sizes, to compare with the library;
   --model-width  the gradients of an MLP, all-reduced as one flat bucket (as DDP does)
                  and as one call per parameter tensor;
-and rank 0's single-process copy bandwidth, the ceiling for moving bytes in memory.
+and rank 0's single-process copy bandwidth, the ceiling for moving bytes in memory, and the
+load average as the sweep began.
 """
 
 import argparse
@@ -128,6 +129,9 @@ def main():
         names = names[:place] + names[-2:] + names[place:-2]
         calls = {name: calls[name] for name in names}
 
+    # how busy the machine was as the sweep began (the 1-minute load average, where the system
+    # has one): a figure for the notebooks, which may not guess at causes
+    load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     for _ in range(args.warmup):
         for fn in calls.values():
             fn()
@@ -165,7 +169,7 @@ def main():
         print(f"single-process copy: {copy_bps / 1e9:.2f} GB/s")
         metrics = {"world_size": world_size, "backend": backend, "device": str(device),
                    "iters": args.iters, "sizes": rows, "copy_bandwidth": copy_bps,
-                   "ranks": [{"rank": r} for r in range(world_size)]}
+                   "load_average": load_average, "ranks": [{"rank": r} for r in range(world_size)]}
         if grads:
             metrics["grad"] = {"tensor_bytes": [g.numel() * 4 for g in grads],
                                "bucket_seconds": median["grad bucket"],

@@ -101,6 +101,7 @@ def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     # one call per tensor: the sweep's own times at each tensor's size (the small tensors lie
     # below the range the line was fitted on, so the line's alpha is not charged to them)
     assert results["grad_per_tensor_predicted_ms"] > 0 and results["smallest_call_us"] > 0
+    assert isinstance(results["load_average"], str)  # a figure the sentences may name
     assert results["grad_measured_ms"] > 0 and results["grad_per_tensor_measured_ms"] > 0
     # the hand-made ring was raced against the library on the same sizes
     assert isinstance(results["ring_vs_library_ratio"], float)
