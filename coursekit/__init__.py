@@ -8,6 +8,7 @@ from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
 from .exercises import Tasks, answer, answer_file, check_answer
 from .nodes import JobResult, run_nodes
+from .ranks import Ranks, live_ranks
 from .result import LauncherFailed, LauncherTimeout, RunResult
 from .results import load_results, save_results
 from .runner import run_launcher
@@ -19,6 +20,7 @@ __all__ = [
     "LauncherFailed",
     "LauncherTimeout",
     "ParameterError",
+    "Ranks",
     "RunResult",
     "Setup",
     "Tasks",
@@ -28,6 +30,7 @@ __all__ = [
     "claim",
     "configure",
     "evaluate",
+    "live_ranks",
     "load_results",
     "outcome_of",
     "run_launcher",

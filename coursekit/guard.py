@@ -1,6 +1,6 @@
 """Run a command so that nothing it starts outlives it: the parent the runner puts above torchrun.
 
-    python -m coursekit.guard COMMAND [ARG ...]
+    python -m coursekit.guard [--orphan-exit] COMMAND [ARG ...]
 
 torchrun stops its workers when it gets SIGTERM, except in one window: while it is still
 starting them, its signal handler raises before it holds their handles, it exits, and the
@@ -13,11 +13,16 @@ pressing Run hits that window. So the runner starts torchrun under this guard, w
   and whenever the command ends, SIGTERMs the command, gives it a grace period, then
   SIGKILLs every process left below it;
 - exits with the command's exit code (128 + N where signal N ended it, as a shell does).
+
+``--orphan-exit``: also stop everything when the guard's own parent is gone (it is
+re-parented). For processes a library starts on the kernel's behalf (the live ranks'
+ipyparallel controller and engines), where no PR_SET_PDEATHSIG can be set for it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -48,6 +53,9 @@ def stop_everything_below(command: subprocess.Popen) -> None:
 
 
 def main(argv: list[str]) -> int:
+    orphan_exit = argv[:1] == ["--orphan-exit"]
+    argv = argv[1:] if orphan_exit else argv
+    parent = os.getppid()
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1)
     # The handler only appends to a list. SIGTERM can arrive several times (seen when the
@@ -57,6 +65,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop_requested.append(signum))
     command = subprocess.Popen(argv)
     while command.poll() is None and not stop_requested:
+        if orphan_exit and os.getppid() != parent:  # whoever started us is gone
+            break
         time.sleep(0.2)
     stop_everything_below(command)
     return command.returncode if command.returncode >= 0 else 128 - command.returncode
