@@ -3,9 +3,6 @@
 The proof that DDP == one process is notebook 05's; its launcher is tested here under every
 CPU kernel (test_the_proof_holds_with_every_cpu_kernel), as before the split."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from conftest import ROOT, claim_with, execute_notebook
@@ -100,11 +97,3 @@ def test_killed_after_a_checkpoint_resumes_to_the_same_parameters(setup, tmp_pat
     for name in a["model"]:
         torch.testing.assert_close(b["model"][name], a["model"][name], rtol=0, atol=1e-6)
 
-
-def test_fp16_on_cpu_is_refused_before_any_process_starts():
-    proc = subprocess.run(
-        [sys.executable, str(FINAL), "--amp", "fp16", "--device", "cpu"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert "--amp fp16 needs --device cuda" in proc.stderr
