@@ -24,7 +24,7 @@ def test_gpu_check_in_cpu_mode_writes_a_summary_that_passes(tmp_path):
     assert [r["notebook"] for r in summary["notebooks"]] == ["00_environment_check"]
     assert summary["notebooks"][0]["status"] == "passed"
     probes = summary["probes"]
-    assert set(probes) == {"bf16_compile", "allreduce"}  # fp16 with a GradScaler: GPUs only
+    assert set(probes) == {"bf16_compile", "allreduce"}  # the fp16 probe: GPUs only, by choice
     assert probes["allreduce"]["backend"] == "gloo"
     assert all(p["status"] == "passed" for p in probes.values())
     assert summary["image_cuda_tag"]["status"] == "not checked"  # a CPU build of torch here
