@@ -28,7 +28,8 @@ from .claims import HELD, NO_DIFFERENCE, NOT_HELD, OUTCOMES, SKIPPED, Claim, out
 
 READING_WPM = 100  # words per minute for explanations a learner is meant to understand
 CODE_LINES_PER_MIN = 12  # a learner reads a code cell before running it
-EXERCISE_MIN = 10  # per exercise: try, read the check, try again
+EXERCISE_MIN = 10  # per written task (check_answer, tasks.check): try, read the check, again
+PREDICT_MIN = 3  # per prediction (tasks.predict): think, type a number, read the answer
 ROUND_TO_MIN = 5
 
 
@@ -36,7 +37,8 @@ def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
     """The time a class should budget for ``notebook``, and the parts it is made of.
 
     reading (markdown words at READING_WPM) + code (lines at CODE_LINES_PER_MIN) +
-    running (the seconds this verify run measured) + EXERCISE_MIN per ``check_answer``,
+    running (the seconds this verify run measured) + EXERCISE_MIN per written task
+    (``check_answer``, ``tasks.check``) + PREDICT_MIN per prediction (``tasks.predict``),
     rounded up to ROUND_TO_MIN. Explaining and questions come on top: that is the
     instructor's to add. A collapsed cell (``jupyter.source_hidden``: a long launcher)
     followed by a ``coursekit.show_diff``/``show_outline`` cell counts as the lines that
@@ -46,16 +48,18 @@ def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
     words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     lines = sum(_lines_read(nb.cells, i, notebook.parent) for i in range(len(nb.cells)))
-    exercises = sum(src.count("check_answer(") for src in code)
+    exercises = sum(src.count("check_answer(") + src.count("tasks.check(") for src in code)
+    predictions = sum(src.count("tasks.predict(") for src in code)
     parts = {
         "reading": words / READING_WPM,
         "code": lines / CODE_LINES_PER_MIN,
         "running": (run_seconds or 0) / 60,
-        "exercises": exercises * EXERCISE_MIN,
+        "exercises": exercises * EXERCISE_MIN + predictions * PREDICT_MIN,
     }
     total = ROUND_TO_MIN * math.ceil(sum(parts.values()) / ROUND_TO_MIN)
     return {"minutes": total, **{k: round(v, 1) for k, v in parts.items()},
-            "words": words, "code_lines": lines, "n_exercises": exercises}  # fmt: skip
+            "words": words, "code_lines": lines, "n_exercises": exercises,
+            "n_predictions": predictions}  # fmt: skip
 
 
 def _lines_read(cells: list, i: int, notebook_dir: Path) -> int:
@@ -264,7 +268,8 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
 {differs_html}
 <p class="note">Class budget: about {total} minutes for the whole course. Per notebook:
 markdown words at {READING_WPM} words per minute, code lines at {CODE_LINES_PER_MIN} per
-minute, the seconds this run measured, and {EXERCISE_MIN} minutes per exercise, rounded up to
+minute, the seconds this run measured, {EXERCISE_MIN} minutes per written task and {PREDICT_MIN} per
+prediction, rounded up to
 {ROUND_TO_MIN} minutes; your own explanations and questions come on top.
 {"This run used SMOKE sizes: at full sizes the running part takes longer." if smoke else ""}</p>
 {"".join(sections)}
