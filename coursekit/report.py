@@ -144,8 +144,8 @@ def _claims_list(claims: list[dict]) -> str:
         made = Claim.from_record(c)
         figures = ", ".join(f"{k} = {_shown(v)}" for k, v in c["figures"].items())
         css = made.outcome.replace(" ", "-")
-        items.append(f'<li class="{css}">{e(made.outcome)}: {e(made.sentence())}'
-                     + (f"<br>the lesson expected: {e(made.text)}" if made.outcome != HELD else "")
+        expected = f"<br>the lesson expected: {e(made.expected())}" if made.outcome != HELD else ""
+        items.append(f'<li class="{css}">{e(made.outcome)}: {e(made.sentence())}' + expected
                      + (f' <span class="note">({e(figures)})</span>' if figures else "")
                      + "</li>")  # fmt: skip
     return '<ul class="claims">' + "".join(items) + "</ul>"

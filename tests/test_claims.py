@@ -21,7 +21,7 @@ def test_a_claim_that_fails_shows_what_is_true_here_first():
                         otherwise="DP ran {ratio:.2f}x DDP's speed here", ratio=0.8)
     assert c.held is False and c.outcome == "not held"
     assert c.describe() == ("✘ DP ran 0.80x DDP's speed here "
-                            "(the lesson expected: DDP ran 0.80x faster than DP)")
+                            "(the lesson expected: DDP ran …x faster than DP)")
 
 
 def ms(*values):
