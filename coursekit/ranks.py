@@ -150,10 +150,13 @@ class Ranks:
     def engines(self) -> list[int]:
         return sorted(self.client.ids)[: self.n]
 
-    def run(self, code: str, ranks=None, timeout_s: float | None = None) -> list[RankOutcome]:
+    def run(self, code: str, ranks=None, timeout_s: float | None = None,
+            on_interrupt=None) -> list[RankOutcome]:  # fmt: skip
         """Run ``code`` on ``ranks`` (default: all) and return each one's outcome; a rank
         still running after ``timeout_s`` (the group's collective timeout plus 2 s) is
-        interrupted, and the process group is formed again after any error."""
+        interrupted, and the process group is formed again after any error. Interrupted
+        from the kernel (the stop button), the ranks are interrupted too, ``on_interrupt``
+        gets their outcomes, and KeyboardInterrupt goes on, the pool ready for the next cell."""
         if self.client is None:
             raise RuntimeError("the live ranks are not started (or were stopped): start() them")
         ranks = list(range(self.n)) if ranks is None else list(ranks)
@@ -162,12 +165,12 @@ class Ranks:
             raise ValueError(f"ranks {bad}: this pool has ranks 0 to {self.n - 1}")
         wait = self.timeout_s + 2 if timeout_s is None else timeout_s
         calls = {r: self.client[self.engines[r]].apply_async(_run_cell, code) for r in ranks}
-        outcomes, deadline = {}, time.monotonic() + wait
+        outcomes, deadline, interrupted = {}, time.monotonic() + wait, False
         try:
             for call in calls.values():
                 call.wait(max(0.0, deadline - time.monotonic()))
         except KeyboardInterrupt:  # the stop button: the ranks are stopped too, then shown
-            print("stopped: the live ranks are interrupted", flush=True)
+            interrupted = True
         busy = [r for r, call in calls.items() if not call.ready()]
         if busy:
             self.client.send_signal(signal.SIGINT, targets=[self.engines[r] for r in busy],
@@ -187,7 +190,12 @@ class Ranks:
             _ = [self.client[e].apply_sync(_run_cell, "import torch") for e in self.engines]
         if any(o.error for o in outcomes.values()):
             self._form_group()  # a collective that failed leaves the group unusable
-        return [outcomes[r] for r in ranks]
+        shown = [outcomes[r] for r in ranks]
+        if interrupted:
+            if on_interrupt is not None:
+                on_interrupt(shown)
+            raise KeyboardInterrupt("the live ranks were interrupted too; the pool works on")
+        return shown
 
     def show(self, outcomes: list[RankOutcome], code: str = "") -> None:
         """Each rank's output side by side (plain text where no front end draws HTML)."""
@@ -263,7 +271,7 @@ def _ranks_magic(pool: Ranks, line: str, cell: str) -> None:
         timeout_s = float(words[i + 1])
         del words[i : i + 2]
     ranks = [int(w) for w in words] or None
-    pool.show(pool.run(cell, ranks, timeout_s), cell)
+    pool.show(pool.run(cell, ranks, timeout_s, on_interrupt=lambda o: pool.show(o, cell)), cell)
 
 
 def stop_all() -> None:

@@ -445,3 +445,32 @@ def test_the_stop_button_interrupts_a_launch_and_leaves_nothing(lab, page, shots
     assert kernel["execution_state"] == "idle", kernel  # the same kernel, back and idle
     left = [] if wait_for(lambda: not lab.course_processes(), 15) else lab.course_processes()
     assert not left, f"left after the stop button: {[p.info['cmdline'] for p in left]}"
+
+
+def test_live_ranks_come_back_after_a_hang_and_after_the_stop_button(lab, page, shots):
+    """A skipped collective ends by the group's timeout, each rank's place shown; a cell that
+    never returns ends with the stop button within 5 s; the pool then works, and it goes with
+    the kernel (the autouse fixture checks that nothing outlives it)."""
+    open_and_run_all(page, lab, "fixtures/fixture_live_ranks.ipynb")
+    cells = page.locator(f"{PANEL} .jp-CodeCell")
+    hang, endless, works = cells.nth(1), cells.nth(2), cells.nth(3)
+    hang.locator(".jp-OutputArea-output").filter(has_text="Timed out").first.wait_for(
+        timeout=180_000)  # the pool's start, then the group's 3 s timeout
+    text = hang.locator(".jp-OutputArea").inner_text()
+    assert "at line 3: dist.all_reduce(x)" in text and "past the collective 1" in text, text
+    assert wait_for(lambda: "*" in endless.locator(".jp-InputPrompt").inner_text(), 30)
+    time.sleep(1)  # the endless cell runs on both ranks
+    page.screenshot(path=shots / "live_ranks_running.png")
+    page.locator(f"{PANEL} .jp-NotebookPanel-toolbar [data-command='notebook:interrupt-kernel']"
+                 ).click()  # fmt: skip
+    stopped = time.monotonic()
+    assert wait_for(lambda: "*" not in endless.locator(".jp-InputPrompt").inner_text(), 30)
+    took = time.monotonic() - stopped
+    text = endless.locator(".jp-OutputArea").inner_text()
+    assert took < 5, f"the stop button took {took:.1f} s"
+    assert "KeyboardInterrupt" in text and "rank 1" in text, text
+    works.click()
+    page.keyboard.press("Shift+Enter")
+    works.locator(".jp-OutputArea-output").filter(has_text="THE POOL WORKS 2.0").first.wait_for(
+        timeout=30_000)
+    page.screenshot(path=shots / "live_ranks_after_stop.png")
