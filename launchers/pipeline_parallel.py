@@ -83,9 +83,11 @@ def one_f_one_b_order(microbatches, rank, stages):
     return order
 
 
-def pipeline_step_by_hand(stage, order, micro_x, micro_y, rank, stages, clock):
+def pipeline_step_by_hand(stage, order, micro_x, micro_y, rank, stages, clock, wire):
     """Run one step's forwards and backwards in `order`; returns the loss (last stage) and
-    what this stage computed when: (kind, micro-batch, start, end), compute only."""
+    what this stage computed when: (kind, micro-batch, start, end), compute only. `wire`:
+    the device the backend sends from (the stage's under NCCL; the CPU under gloo, which
+    takes CPU tensors only, also when the stages compute on GPUs)."""
     shape = (micro_x[0].shape[0], micro_x[0].shape[1], stage_width(stage))
     dtype, device = torch.float64, micro_x[0].device
     inputs, outputs, sends, timeline, loss = {}, {}, [], [], 0.0
@@ -94,44 +96,49 @@ def pipeline_step_by_hand(stage, order, micro_x, micro_y, rank, stages, clock):
             if stage.first:
                 x = micro_x[i]
             else:  # the previous stage's activations for micro-batch i
-                x = torch.empty(shape, dtype=dtype, device=device)
+                x = torch.empty(shape, dtype=dtype, device=wire)
                 dist.recv(x, rank - 1)
-                x.requires_grad_()
+                x = x.to(device).requires_grad_()
             start = clock()
             out = stage(x)
             if stage.last:  # the mean over micro-batches: the whole batch's mean loss
                 out = tiny_gpt.loss_fn(out, micro_y[i]) / len(micro_x)
                 loss += out.item()
             else:
-                sends.append(dist.isend(out.detach(), rank + 1))
+                sent = out.detach().to(wire)  # kept until its send is done
+                sends.append((dist.isend(sent, rank + 1), sent))
             inputs[i], outputs[i] = x, out
             timeline.append(("F", i, start, clock()))
         else:
             grad = None
             if not stage.last:  # the next stage's gradient of my output
-                grad = torch.empty(shape, dtype=dtype, device=device)
+                grad = torch.empty(shape, dtype=dtype, device=wire)
                 dist.recv(grad, rank + 1)
+                grad = grad.to(device)
             start = clock()
             torch.autograd.backward(outputs[i], grad)
             if not stage.first:
-                sends.append(dist.isend(inputs[i].grad, rank - 1))
+                sent = inputs[i].grad.to(wire)
+                sends.append((dist.isend(sent, rank - 1), sent))
             timeline.append(("B", i, start, clock()))
             del inputs[i], outputs[i]  # done with micro-batch i: its activations are freed
-    for work in sends:
+    for work, _ in sends:
         work.wait()
     return loss, timeline
 
 
 class StepClock:
-    """Seconds since the step began; on a GPU after its queued work is done (GPU work is
-    asynchronous: time it, not its launch)."""
+    """Seconds since the step began; on a GPU once the compute stream's queued work is done
+    (GPU work is asynchronous: time it, not its launch). Only that stream: NCCL sends run on
+    a stream of their own, and a device-wide synchronize would count their completion as
+    compute, hiding the bubble."""
 
     def __init__(self, device):
         self.device, self.start = device, time.perf_counter()
 
     def __call__(self):
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()
         return time.perf_counter() - self.start
 
 
@@ -155,6 +162,7 @@ def train(impl, schedule_name, microbatches, args, device):
     """One run: a fresh stage of the same model, the run's batches, its schedule; returns
     this rank's figures gathered on rank 0, and the run's."""
     rank, stages = dist.get_rank(), dist.get_world_size()
+    wire = device if dist.get_backend() == "nccl" else torch.device("cpu")
     batches = tiny_gpt.make_batches(args)
     reference_losses, reference = tiny_gpt.reference_run(args, batches)
     stage = Stage(tiny_gpt.build_model(args), rank, stages).to(device)
@@ -178,7 +186,7 @@ def train(impl, schedule_name, microbatches, args, device):
             if impl == "hand":
                 loss, timeline = pipeline_step_by_hand(
                     stage, order, x.chunk(microbatches), y.chunk(microbatches),
-                    rank, stages, clock)
+                    rank, stages, clock, wire)
             else:
                 micro_losses = []
                 schedule.step(*([x] if stage.first else []),
@@ -234,6 +242,10 @@ def main():
     n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
                                          int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    if backend == "gloo" and device.type == "cuda" and any(r[0] == "torch" for r in args.runs):
+        parser.error("--runs torch:...: torch.distributed.pipelining sends through the process "
+                     "group, and gloo (the ranks share GPUs here) takes CPU tensors only: run "
+                     "the torch schedules with --device cpu, or with one rank per GPU")
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
