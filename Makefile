@@ -18,7 +18,9 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml jupyter/overrides
 	# the notebooks name the kernel "python3": make it this environment's Python
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ddp-course)"
 	# the course's JupyterLab defaults: no "Jupyter news" question, no update check
-	install -D -m 644 jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	# (mkdir and cp: BSD install, on macOS, lacks the GNU -D flag)
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 verify: setup  ## execute every notebook headlessly and report
@@ -46,8 +48,10 @@ site: setup  ## the course as a static website in build/site/, from the last ver
 	test -f build/verify.json || $(PY) -m coursekit.verify $(VERIFY_FLAGS)
 	$(PY) -m coursekit.site
 
+# as root (cloud GPU boxes, containers) Jupyter refuses to start without --allow-root: say so
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	@if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so JupyterLab gets --allow-root"; fi
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 progress: setup  ## the course's tasks: solved, not yet, not tried (from build/results)
 	$(PY) -m coursekit.progress
