@@ -16,10 +16,12 @@ def test_reset_stops_course_processes_of_this_folder_only(tmp_path, token):
     (course / "build" / "runs").mkdir(parents=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    # a stray torchrun agent and kernel of the course; the same kinds in another folder
+    # a stray torchrun agent, kernel and live-ranks engine of the course (a pool's processes
+    # work in its kernel's folder); the same kinds in another folder
     stray = [subprocess.Popen([sys.executable, "-c", SLEEPER, kind, token],
                               cwd=course / "notebooks")
-             for kind in ("torch.distributed.run", "ipykernel_launcher")]  # fmt: skip
+             for kind in ("torch.distributed.run", "ipykernel_launcher",
+                          "ipyparallel.engine")]  # fmt: skip
     other = subprocess.Popen([sys.executable, "-c", SLEEPER, "ipykernel_launcher", token],
                              cwd=elsewhere)  # fmt: skip
     try:
