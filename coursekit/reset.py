@@ -19,7 +19,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("ipykernel_launcher", "torch.distributed.run", "torchrun", "papermill",
-         "coursekit.verify", "jupyter-lab", "jupyterlab", "jupyter_lab", "launchers/")  # fmt: skip
+         "coursekit.verify", "jupyter-lab", "jupyterlab", "jupyter_lab", "launchers/",
+         "ipyparallel", "coursekit.guard")  # fmt: skip  (live ranks: coursekit/ranks.py)
 
 
 def _inside(path: str | None, root: Path) -> bool:
