@@ -3,43 +3,62 @@
     python scripts/gpu_check.py                 # or: make gpu-check
     python scripts/gpu_check.py --device cpu    # the same checks on the CPU tier (tested)
     python scripts/gpu_check.py --only 00 03    # a subset of the notebooks
+    python3 scripts/gpu_check.py --offline build/gpu-wheels   # a machine with no index
 
-1. Every notebook at SMOKE sizes on this machine's tier, in parallel lanes (one verify
-   process per lane, each with its own build folder).
-2. Launcher probes: the training script with `--amp bf16 --compile` and, on a GPU,
-   `--amp fp16` (a loss that turns NaN is a failure: it did once with torch 2.11 on an H200),
-   and an all-reduce between two processes (NCCL where there are 2 GPUs or more).
-3. The course image's CUDA flavour: the CUDA of its base image tag (docker/Dockerfile's
-   CUDA_TAG) against the CUDA of the torch this machine runs, so that the image runs the
-   same build the notebooks were checked with here.
-4. One JSON summary, build/gpu-check/summary.json: the torch it ran on against the pinned
-   one, every notebook's status, every probe's figures, and for each failure whether a
-   torch other than the pinned one may explain it (an AttributeError, ImportError or
-   TypeError from torch itself) or it is a defect of the course.
+1. Every notebook at SMOKE sizes on this machine's tier, in parallel lanes: each notebook in a
+   verify process of its own, with its own folder (build/gpu-check/notebooks/<notebook>/,
+   emptied before it runs, so a notebook that dies or is cut off shows as such, never with an
+   earlier run's row). The whole check keeps to ``--budget`` seconds (480): a notebook gets
+   what is left of it, and one that cannot start in time is reported "not run".
+2. Per notebook: its tier and device (its results file), every run it launched (the launcher,
+   ranks, device, backend: the run's own metrics.json, or the launchers' rule where it wrote
+   none) and what ran on the GPU: the launches on cuda, and, where NVML answers, every process
+   that held the GPU (the kernel, or a launcher's ranks) with its peak memory.
+3. Launcher probes, while the notebooks run: the training script with `--amp bf16 --compile`
+   and, on a GPU, `--amp fp16` (a loss that turns NaN is a failure: it did once with torch
+   2.11 on an H200), and an all-reduce between processes (NCCL where there are 2 GPUs or more).
+4. The course image's CUDA flavour: the CUDA of its base image tag (docker/Dockerfile's
+   CUDA_TAG) against the CUDA of the torch this machine runs.
+5. One JSON summary, build/gpu-check/summary.json: the torch it ran on against the pinned one,
+   every notebook's row, every probe's figures, and for each failure whether a torch other than
+   the pinned one may explain it (an AttributeError, ImportError or TypeError from torch
+   itself) or it is a defect of the course.
 
-A GPU machine may come with another torch and no way to install the pinned one: the check
-runs on the torch it finds and names it.
+``--offline WHEELS``: for a machine with its own Python and torch and no package index (the
+course's GPU machine). WHEELS is the folder `make gpu-wheels` builds (scripts/gpu_wheels.py);
+this installs them with ``pip install --no-index --no-deps --target SCRATCH`` (SCRATCH:
+build/gpu-scratch, emptied first; a package this Python already has is left to it), writes a
+``python3`` kernelspec for this Python into SCRATCH (found through JUPYTER_PATH), checks that
+every installed package's requirements are met on this path and that nothing shadows a package
+of the machine, then runs the check itself with SCRATCH and the course on PYTHONPATH. No
+`make setup`, no .venv.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import math
 import os
+import queue
 import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import coursekit  # noqa: E402
-from coursekit.verify import select  # noqa: E402
-
+BUILD = ROOT / "build" / "gpu-check"
+SCRATCH = ROOT / "build" / "gpu-scratch"
+BUDGET_S = 480  # the whole check, on one GPU machine: 8 minutes
+MARGIN_S = 20  # for the summary, and for the lanes' kernels to stop
 # errors that another torch release explains more often than a defect of the course does
 VERSION_SYMPTOMS = re.compile(r"AttributeError|ImportError|ModuleNotFoundError|TypeError|"
                               r"unexpected keyword|has no attribute")  # fmt: skip
@@ -75,33 +94,388 @@ def diagnose(error: str, torch_matches: bool) -> str:
     return "a defect of the course (or of this machine): the pinned torch or not, report it"
 
 
-def run_lanes(notebooks: list[Path], lanes: int, device: str, build: Path, timeout: float):
-    """Every notebook once, spread over `lanes` verify processes; their rows, merged."""
-    groups = [notebooks[i::lanes] for i in range(lanes)]
-    procs = []
-    for i, group in enumerate(g for g in groups if g):
-        lane = build / f"lane{i}"
-        cmd = [sys.executable, "-m", "coursekit.verify", "--smoke", "--device", device,
-               "--build", str(lane), "--timeout", str(timeout), *(nb.name[:2] for nb in group)]
-        log = open(build / f"lane{i}.log", "w")  # noqa: SIM115 - closed after the wait below
-        procs.append((lane, log, subprocess.Popen(cmd, cwd=ROOT, stdout=log,
-                                                  stderr=subprocess.STDOUT)))  # fmt: skip
-    rows = []
-    for lane, log, proc in procs:
+# ---- --offline: the course's missing packages from a wheel folder, into a scratch path ------
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_here(names: list[str], path: list[str] | None = None) -> dict[str, str]:
+    """Which of ``names`` this Python already has on ``path`` (sys.path): name -> version."""
+    found = {}
+    for dist in importlib.metadata.distributions(path=path if path is not None else sys.path):
+        name = canonical(dist.metadata["Name"] or "")
+        if name in names and name not in found:
+            found[name] = dist.version
+    return found
+
+
+def unpack_wheel(wheel: Path, target: Path) -> None:
+    """A wheel's files into ``target`` as pip --target lays them out (for a Python without
+    pip): the package folders and .dist-info as they are, a .data folder's purelib and
+    platlib merged in, its scripts and headers left out."""
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            parts = Path(info.filename).parts
+            if parts[0].endswith(".data"):
+                if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                    continue
+                parts = parts[2:]
+            dest = target.joinpath(*parts)
+            if info.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(zf.read(info))
+
+
+def write_kernelspec(scratch: Path, python: str, pythonpath: str) -> Path:
+    """A ``python3`` kernel for ``python`` in SCRATCH/share/jupyter (JUPYTER_PATH finds it
+    before any other): the notebooks name that kernel, and the kernel needs the scratch path."""
+    folder = scratch / "share" / "jupyter" / "kernels" / "python3"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (ddp-course, gpu-check)", "language": "python",
+            "env": {"PYTHONPATH": pythonpath}, "metadata": {"debugger": False}}  # fmt: skip
+    (folder / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
+    return folder
+
+
+def install_offline(wheels: Path, scratch: Path) -> dict:
+    """Install the folder's wheels (its wheels.json) into ``scratch``; returns what was done."""
+    manifest = json.loads((wheels / "wheels.json").read_text())
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if manifest["python"] != here:
+        raise SystemExit(f"{wheels} holds wheels for Python {manifest['python']}, this is {here}: "
+                         f"build them with python scripts/gpu_wheels.py --python {here}")
+    names = [w["name"] for w in manifest["wheels"]]
+    kept = installed_here(names)  # the machine's own copy wins: never a second one on the path
+    todo = [w for w in manifest["wheels"] if w["name"] not in kept]
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    has_pip = subprocess.run([sys.executable, "-m", "pip", "--version"],
+                             capture_output=True).returncode == 0  # fmt: skip
+    if has_pip and todo:
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+               "--find-links", str(wheels), "--target", str(scratch),
+               *(f"{w['name']}=={w['version']}" for w in todo)]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        if proc.returncode != 0:
+            raise SystemExit(f"pip could not install the wheels:\n{proc.stdout}{proc.stderr}")
+    else:
+        for w in todo:
+            unpack_wheel(wheels / w["file"], scratch)
+    return {"installed": [w["name"] for w in todo], "kept": kept,
+            "how": "pip --no-index --no-deps --target" if has_pip else "unzipped (no pip)"}
+
+
+def preflight(scratch: Path) -> list[str]:
+    """What would stop the check on this path: a requirement of a scratch package that nothing
+    here meets, or a scratch package that is also somewhere else on the path (a second copy)."""
+    from packaging.requirements import Requirement  # matplotlib's dependency: the machine has it
+
+    problems = []
+    scratch_dists = list(importlib.metadata.distributions(path=[str(scratch)]))
+    others = [p for p in sys.path if Path(p or ".").resolve() != scratch.resolve()]
+    elsewhere = installed_here([canonical(d.metadata["Name"]) for d in scratch_dists], others)
+    for name, version in sorted(elsewhere.items()):
+        problems.append(f"{name}: a second copy ({version} on the machine's own path)")
+    for dist in scratch_dists:
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker and not req.marker.evaluate({"extra": ""}):
+                continue
+            try:
+                have = importlib.metadata.version(req.name)
+            except importlib.metadata.PackageNotFoundError:
+                problems.append(f"{dist.metadata['Name']} needs {req}: not on this path")
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                problems.append(f"{dist.metadata['Name']} needs {req}: this path has {have}")
+    return problems
+
+
+def offline(args: argparse.Namespace, argv: list[str]) -> int:
+    """Install the wheels, then run this script again with them on the path."""
+    scratch = args.scratch.resolve()
+    done = install_offline(args.offline.resolve(), scratch)
+    print(f"{len(done['installed'])} packages into {scratch} ({done['how']}); this Python "
+          f"already has {', '.join(f'{n} {v}' for n, v in done['kept'].items()) or 'none'}",
+          flush=True)  # fmt: skip
+    pythonpath = os.pathsep.join([str(scratch), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    pythonpath = pythonpath.rstrip(os.pathsep)
+    write_kernelspec(scratch, sys.executable, pythonpath)
+    env = {**os.environ, "PYTHONPATH": pythonpath,
+           "JUPYTER_PATH": os.pathsep.join([str(scratch / "share" / "jupyter"),
+                                            os.environ.get("JUPYTER_PATH", "")]).rstrip(os.pathsep),
+           "JUPYTER_RUNTIME_DIR": str(scratch / "runtime"),
+           "PATH": os.pathsep.join([str(scratch / "bin"), os.environ.get("PATH", "")])}  # fmt: skip
+    rest = []
+    skip = False
+    for arg in argv:  # the same arguments, less --offline and --scratch
+        if skip:
+            skip = False
+        elif arg in ("--offline", "--scratch"):
+            skip = True
+        elif not arg.startswith(("--offline=", "--scratch=")):
+            rest.append(arg)
+    cmd = [sys.executable, str(Path(__file__).resolve()), *rest, "--installed", str(scratch)]
+    return subprocess.run(cmd, env=env, cwd=ROOT).returncode
+
+
+# ---- what ran where: the launches of a notebook, and the processes that held the GPU -------
+
+
+def launcher_rule(device: str, nproc: int, n_gpus: int) -> str:
+    """The launchers' own choice (device_and_backend in each): NCCL when each rank of the node
+    has a GPU of its own, gloo otherwise."""
+    return "nccl" if device == "cuda" and 0 < nproc <= n_gpus else "gloo"
+
+
+def launches(runs_dir: Path, n_gpus: int) -> list[dict]:
+    """Every run a notebook launched (runs/<name>/run.json): launcher, ranks, device, backend
+    (the run's metrics.json where it wrote one, else the launchers' rule, marked so)."""
+    found = []
+    for run_json in sorted(runs_dir.glob("*/run.json")):
+        run = json.loads(run_json.read_text())
+        cmd = [str(c) for c in run.get("cmd", [])]
+        script = next((Path(c).name for c in cmd if c.endswith(".py")), "?")
+        device = cmd[cmd.index("--device") + 1] if "--device" in cmd[:-1] else "cpu"
+        nproc = int(run.get("nproc") or 1)
+        backend, source = None, "metrics"
+        for metrics in sorted((run_json.parent / "out").glob("*.json")):
+            with contextlib.suppress(ValueError, OSError):
+                data = json.loads(metrics.read_text())
+                if isinstance(data, dict) and isinstance(data.get("backend"), str):
+                    backend = data["backend"]
+                    break
+        if backend is None:
+            backend, source = launcher_rule(device, nproc, n_gpus), "rule"
+        found.append({"run": run_json.parent.name, "launcher": script, "nproc": nproc,
+                      "device": device, "backend": backend, "backend_from": source,
+                      "returncode": run.get("returncode")})  # fmt: skip
+    return found
+
+
+class GpuWatch:
+    """Samples NVML's compute processes every ``every`` seconds and keeps, per process that
+    held a GPU, its command, peak memory and the check's process it descends from (a
+    notebook's verify process, registered with :meth:`track`). ``sample`` can be given
+    (tests): a callable returning [(pid, used_bytes)]."""
+
+    def __init__(self, sample=None, every: float = 0.5):
+        self.sample = sample or self._nvml_sampler()
+        self.every = every
+        self.roots: dict[int, str] = {}  # pid of a notebook's verify process -> notebook
+        self.seen: dict[int, dict] = {}
+        self.error = "" if self.sample else "NVML not available: no per-process GPU record"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _nvml_sampler():
         try:
-            proc.wait(timeout=timeout * len(notebooks) + 60)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # verify stops its kernels on the way out of a KeyboardInterrupt only
-            proc.wait()
-        log.close()
-        summary = lane / "verify.json"
-        if summary.exists():
-            rows += json.loads(summary.read_text())["notebooks"]
-    return sorted(rows, key=lambda r: r["notebook"])
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                       for i in range(pynvml.nvmlDeviceGetCount())]  # fmt: skip
+        except Exception:  # noqa: BLE001 - no NVML, no driver, no GPU: no record
+            return None
+
+        def sample():
+            out = []
+            for h in handles:
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    out.append((p.pid, p.usedGpuMemory or 0))
+            return out
+
+        return sample
+
+    def track(self, pid: int, owner: str) -> None:
+        self.roots[pid] = owner
+
+    def start(self) -> GpuWatch:
+        if self.sample:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self.every)
+
+    def poll(self) -> None:
+        import psutil
+
+        try:
+            sampled = self.sample()
+        except Exception as err:  # noqa: BLE001 - a driver hiccup ends the record, not the check
+            self.error = f"NVML stopped answering: {err}"
+            self._stop.set()
+            return
+        for pid, used in sampled:
+            entry = self.seen.get(pid)
+            if entry is None:
+                entry = {"pid": pid, "what": "?", "owner": None, "peak_mib": 0.0}
+                try:
+                    proc = psutil.Process(pid)
+                    entry["what"] = describe_process(proc.cmdline())
+                    chain = [proc.pid] + [p.pid for p in proc.parents()]
+                    entry["owner"] = next((self.roots[p] for p in chain if p in self.roots),
+                                          "this check" if os.getpid() in chain else None)
+                except psutil.Error:  # gone, or a pid of another namespace (a container)
+                    pass
+                self.seen[pid] = entry
+            entry["peak_mib"] = max(entry["peak_mib"], round(used / 2**20, 1))
+
+    def of(self, owner: str) -> list[dict]:
+        return [e for e in self.seen.values() if e["owner"] == owner]
+
+    def unattributed(self) -> list[dict]:
+        return [e for e in self.seen.values() if e["owner"] is None]
+
+
+def describe_process(cmdline: list[str]) -> str:
+    """'kernel' for a Jupyter kernel, the launcher's file name for a rank, else the command."""
+    if any("ipykernel" in part for part in cmdline):
+        return "kernel"
+    script = next((Path(c).name for c in cmdline if c.endswith(".py")), None)
+    return script or " ".join(Path(c).name for c in cmdline[:3])
+
+
+def on_the_gpu(runs: list[dict], held: list[dict]) -> str:
+    """One line: what of the notebook ran on the GPU."""
+    parts = []
+    kernel = [e for e in held if e["what"] == "kernel"]
+    if kernel:
+        parts.append(f"kernel ({max(e['peak_mib'] for e in kernel):.0f} MiB)")
+    shown: dict[str, list] = {}
+    for r in runs:
+        if r["device"] == "cuda":
+            shown.setdefault(r["launcher"], []).append(f"{r['nproc']}x {r['backend']}")
+    for e in held:  # a process NVML saw that no run.json names as cuda (say, a launcher's child)
+        if e["what"] not in ("kernel", *shown):
+            shown.setdefault(e["what"], []).append("seen by NVML")
+    for launcher, how in shown.items():
+        parts.append(f"{launcher} ({', '.join(sorted(set(how)))})")
+    return "; ".join(parts) or "nothing"
+
+
+# ---- the notebooks, one verify process each, in lanes -------------------------------------
+
+
+def notebook_row(stem: str, folder: Path, status: str, seconds: float, error: str,
+                 n_gpus: int, held: list[dict]) -> dict:  # fmt: skip
+    """The row of one notebook, from its own folder only (emptied before it ran)."""
+    row = {"notebook": stem, "status": status, "seconds": round(seconds, 1), "error": error,
+           "failed_cell": None, "claims_not_held": [], "tier": None, "device": None,
+           "nproc": None}  # fmt: skip
+    summary = folder / "verify.json"
+    if summary.exists():
+        (verified,) = json.loads(summary.read_text())["notebooks"]
+        row.update(status=verified["status"], seconds=round(verified["seconds"], 1),
+                   error=verified["error"], failed_cell=verified["failed_cell"],
+                   claims_not_held=[c["text"] for c in verified.get("claims_not_held", [])])
+    results = folder / "results" / f"{stem}.json"
+    if results.exists():
+        figures = json.loads(results.read_text())
+        row.update(tier=figures.get("tier"), device=figures.get("device"),
+                   nproc=figures.get("nproc"))
+    runs = launches(folder / "runs", n_gpus)
+    row["launches"] = runs
+    row["backend"] = "+".join(sorted({r["backend"] for r in runs})) or "-"
+    row["gpu_processes"] = held
+    row["on_the_gpu"] = on_the_gpu(runs, held)
+    return row
+
+
+def run_notebooks(notebooks: list[Path], lanes: int, device: str, build: Path,
+                  timeout: float, deadline: float, n_gpus: int, watch: GpuWatch,
+                  command=None) -> tuple[list[dict], list[threading.Thread]]:  # fmt: skip
+    """Each notebook in a verify process of its own, ``lanes`` at a time, each in its own
+    folder (emptied first); none starts after ``deadline`` (time.monotonic())."""
+    command = command or (lambda nb, folder, limit: [
+        sys.executable, "-m", "coursekit.verify", "--smoke", "--device", device, "--build",
+        str(folder), "--timeout", str(limit), nb.name[:2]])  # fmt: skip
+    todo: queue.Queue = queue.Queue()
+    for nb in notebooks:
+        todo.put(nb)
+    rows, lock = [], threading.Lock()
+    threads = max(1, (os.cpu_count() or 1) // (2 * lanes))  # 2 ranks per run, per lane
+
+    def lane() -> None:
+        while True:
+            try:
+                nb = todo.get_nowait()
+            except queue.Empty:
+                return
+            folder = build / "notebooks" / nb.stem
+            shutil.rmtree(folder, ignore_errors=True)  # never an earlier run's rows (N3)
+            folder.mkdir(parents=True)
+            left = deadline - time.monotonic()
+            if left < 30:
+                row = notebook_row(nb.stem, folder, "not run", 0.0,
+                                   "the check's budget was spent before it could start",
+                                   n_gpus, [])  # fmt: skip
+                with lock:
+                    rows.append(row)
+                continue
+            limit = min(timeout, left)
+            start = time.monotonic()
+            with open(folder / "verify.log", "w") as log:
+                proc = subprocess.Popen(command(nb, folder, int(limit)), cwd=ROOT, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+                watch.track(proc.pid, nb.stem)
+                status, error = "failed", ""
+                try:
+                    proc.wait(timeout=limit + 30)  # verify interrupts a notebook at its limit
+                except subprocess.TimeoutExpired:
+                    kill_session(proc)
+                    status, error = "timed out", f"stopped after {limit + 30:.0f} s"
+            seconds = time.monotonic() - start
+            if not (folder / "verify.json").exists() and not error:
+                tail = (folder / "verify.log").read_text(errors="replace").strip().splitlines()
+                error = f"no result (exit {proc.returncode}): {tail[-1][:200] if tail else ''}"
+            row = notebook_row(nb.stem, folder, status, seconds, error, n_gpus,
+                               watch.of(nb.stem))  # fmt: skip
+            with lock:
+                rows.append(row)
+
+    workers = [threading.Thread(target=lane) for _ in range(lanes)]
+    for w in workers:
+        w.start()
+    return rows, workers
+
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """The verify process and everything it started (its kernel, their launches)."""
+    import psutil
+
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.Error:
+        family = []
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, 9)
+    proc.wait()
 
 
 def probe(name: str, launcher: str, args: list, setup, nproc: int) -> dict:
     """One launcher run; its figures, or its error."""
+    import coursekit
+
     start = time.monotonic()
     try:
         run = coursekit.run_launcher(ROOT / "launchers" / launcher, args, setup=setup,
@@ -113,37 +487,11 @@ def probe(name: str, launcher: str, args: list, setup, nproc: int) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--only", nargs="*", default=[], help="notebooks by number (00 03 ...)")
-    parser.add_argument("--lanes", type=int, help="parallel verify processes (default: by cores)")
-    parser.add_argument("--timeout", type=float, default=420, help="seconds per notebook")
-    parser.add_argument("--build", type=Path, default=ROOT / "build" / "gpu-check")
-    parser.add_argument("--compile-backend", default="inductor",
-                        help="for the --compile probe (the tests use eager: seconds, not minutes)")
-    args = parser.parse_args(argv)
-
-    setup = coursekit.configure(DEVICE=args.device, TIMEOUT_S=args.timeout, SMOKE=True,
-                                RESULTS_DIR=args.build / "probes" / "results")  # fmt: skip
-    args.build.mkdir(parents=True, exist_ok=True)
-    import torch
-
-    found, pinned = importlib.metadata.version("torch"), pinned_torch()
-    matches = found.split("+")[0] == pinned
-    notebooks = select(ROOT / "notebooks", args.only)
-    # a notebook at SMOKE sizes keeps about 2 cores busy: one lane per 4 cores, at most 4
-    lanes = args.lanes or max(1, min(4, (os.cpu_count() or 1) // 4, len(notebooks)))
-    print(f"torch {found} (the course pins {pinned}); tier {setup.tier}; "
-          f"{len(notebooks)} notebook(s) in {lanes} lane(s)", flush=True)
-    start = time.monotonic()
-    rows = run_lanes(notebooks, lanes, setup.device, args.build, args.timeout)
-    notebooks_seconds = time.monotonic() - start
-
+def run_probes(setup, compile_backend: str) -> dict:
     small = ["--train-size", 256, "--test-size", 128, "--epochs", 1]
     probes = {"bf16_compile": probe("bf16_compile", "train_step6_amp_compile.py",
                                     [*small, "--amp", "bf16", "--compile",
-                                     "--compile-backend", args.compile_backend], setup, 1)}
+                                     "--compile-backend", compile_backend], setup, 1)}
     if setup.device == "cuda":
         probes["fp16_scaler"] = probe("fp16_scaler", "train_step6_amp_compile.py",
                                       [*small, "--amp", "fp16"], setup, 1)  # fmt: skip
@@ -159,35 +507,121 @@ def main(argv: list[str] | None = None) -> int:
             result["backend"] = m["backend"]
             if any(r["received"] != expected for r in m["ranks"]):
                 result.update(status="failed", error=f"all-reduce did not sum to {expected}")
+    return probes
+
+
+def clear(build: Path) -> None:
+    """This check's own outputs from an earlier run (never anything else in the folder)."""
+    for name in ("notebooks", "probes", "runs"):
+        shutil.rmtree(build / name, ignore_errors=True)
+    for old in [build / "summary.json", *build.glob("lane*.log")]:
+        old.unlink(missing_ok=True)
+    for old in build.glob("lane[0-9]*"):  # the lanes of an earlier version of this script
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def print_table(rows: list[dict]) -> None:
+    head = ("notebook", "status", "seconds", "tier", "device", "backend", "on the GPU")
+    lines = [head] + [(r["notebook"], r["status"], f"{r['seconds']:.1f}", str(r["tier"]),
+                       str(r["device"]), r["backend"], r["on_the_gpu"]) for r in rows]  # fmt: skip
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
+    for i, line in enumerate(lines):
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)) + "  " + line[-1])
+        if i == 0:
+            print("-" * min(120, sum(widths) + 2 * len(widths) + 10))
+    for r in rows:
+        if r["status"] != "passed":
+            where = f"cell {r['failed_cell']}: " if r["failed_cell"] is not None else ""
+            print(f"  {r['notebook']}: {where}{r['error'][:150]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--only", nargs="*", default=[], help="notebooks by number (00 03 ...)")
+    parser.add_argument("--lanes", type=int, help="notebooks at once (default: a lane per 4 "
+                        "cores, at most 4)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=420, help="seconds per notebook")
+    parser.add_argument("--budget", type=float, default=BUDGET_S,
+                        help="seconds for the whole check (480): no notebook starts after it")
+    parser.add_argument("--build", type=Path, default=BUILD)
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="for the --compile probe (the tests use eager: seconds, not minutes)")
+    parser.add_argument("--offline", type=Path, metavar="WHEELS",
+                        help="install the wheels of `make gpu-wheels` into --scratch first")
+    parser.add_argument("--scratch", type=Path, default=SCRATCH)
+    parser.add_argument("--installed", type=Path, help=argparse.SUPPRESS)  # set by --offline
+    args = parser.parse_args(argv)
+    if args.offline:
+        return offline(args, argv)
+    if args.installed:
+        problems = preflight(args.installed)
+        if problems:
+            print("the installed wheels do not fit this Python's packages:")
+            print("\n".join(f"  {p}" for p in problems))
+            return 2
+        print(f"preflight: every requirement of {args.installed} is met, nothing shadowed")
+
+    import torch
+
+    import coursekit
+    from coursekit.verify import select
+
+    start = time.monotonic()
+    deadline = start + args.budget - MARGIN_S
+    args.build.mkdir(parents=True, exist_ok=True)
+    clear(args.build)
+    setup = coursekit.configure(DEVICE=args.device, TIMEOUT_S=min(args.timeout, args.budget),
+                                SMOKE=True, RESULTS_DIR=args.build / "probes" / "results",
+                                quiet=True)  # fmt: skip
+    found, pinned = importlib.metadata.version("torch"), pinned_torch()
+    matches = found.split("+")[0] == pinned
+    notebooks = select(ROOT / "notebooks", args.only)
+    lanes = args.lanes or max(1, min(4, (os.cpu_count() or 1) // 4, len(notebooks)))
+    print(f"torch {found} (the course pins {pinned}); tier {setup.tier} "
+          f"({', '.join(setup.gpu_names) or 'no GPU'}); {len(notebooks)} notebook(s) in "
+          f"{lanes} lane(s), budget {args.budget:.0f} s", flush=True)  # fmt: skip
+
+    watch = GpuWatch().start() if setup.device == "cuda" else GpuWatch(sample=lambda: [])
+    rows, workers = run_notebooks(notebooks, lanes, setup.device, args.build, args.timeout,
+                                  deadline, setup.n_gpus, watch)  # fmt: skip
+    probes = run_probes(setup, args.compile_backend)  # meanwhile, in this process
+    for w in workers:
+        w.join()
+    watch.stop()
+    rows.sort(key=lambda r: r["notebook"])
+    for result in probes.values():
         result["diagnosis"] = diagnose(result.get("error", ""), matches)
+    for r in rows:
+        r["diagnosis"] = diagnose(r["error"], matches)
 
     image = image_cuda_check(torch.version.cuda, matches)
     failures = [r["notebook"] for r in rows if r["status"] != "passed"]
     failures += ["image CUDA tag"] if image["status"] == "failed" else []
     failures += [f"probe {n}" for n, r in probes.items() if r["status"] != "passed"]
-    missing = sorted({nb.stem for nb in notebooks} - {r["notebook"] for r in rows})
-    failures += [f"{stem} (no result: see its lane's log)" for stem in missing]
+    seconds = time.monotonic() - start
     summary = {
         "torch": found, "torch_pinned": pinned, "torch_matches_pin": matches,
         "cuda": torch.version.cuda, "gpus": setup.gpu_names, "tier": setup.tier,
-        "device": setup.device, "lanes": lanes, "notebooks_seconds": round(notebooks_seconds, 1),
-        "notebooks": [{"notebook": r["notebook"], "status": r["status"],
-                       "seconds": round(r["seconds"], 1), "error": r["error"],
-                       "failed_cell": r["failed_cell"],
-                       "claims_not_held": [c["text"] for c in r.get("claims_not_held", [])],
-                       "diagnosis": diagnose(r["error"], matches)} for r in rows],
-        "probes": probes, "image_cuda_tag": image, "failures": failures, "passed": not failures,
+        "device": setup.device, "lanes": lanes, "budget_s": args.budget,
+        "seconds": round(seconds, 1), "offline": str(args.installed or ""),
+        "notebooks": rows, "probes": probes, "probe_processes": watch.of("this check"),
+        "gpu_processes_unattributed": watch.unattributed(), "gpu_record": watch.error or "nvml",
+        "image_cuda_tag": image, "failures": failures, "passed": not failures,
     }  # fmt: skip
     path = args.build / "summary.json"
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    for r in summary["notebooks"]:
-        print(f"{r['notebook']:<40} {r['status']:<10} {r['seconds']:7.1f} s  {r['error'][:90]}")
+    print_table(rows)
     for name, r in probes.items():
         error = r.get("error", "")[:90]
-        print(f"probe {name:<34} {r['status']:<10} {r['seconds']:7.1f} s  {error}")
+        print(f"probe {name:<20} {r['status']:<10} {r['seconds']:7.1f} s  "
+              f"{r.get('backend', '')} {error}")  # fmt: skip
+    if watch.error and setup.device == "cuda":
+        print(watch.error)
     print(f"image CUDA tag {image['dockerfile_cuda']} vs torch CUDA {image['torch_cuda']}: "
           f"{image['status']} {image.get('why', image.get('error', ''))}")
-    print(f"\nsummary: {path}")
+    print(f"\n{seconds:.0f} s (budget {args.budget:.0f} s); summary: {path}")
     print("all passed" if not failures else "FAILED: " + ", ".join(failures))
     return 0 if not failures else 1
 
