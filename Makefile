@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab progress bench bench-ddp gpu-check site reset clean
+.PHONY: setup verify test lint lab progress bench bench-ddp gpu-check gpu-wheels matrix teardown-abort \
+        site reset clean
 
 setup: $(STAMP)
 
@@ -41,8 +42,24 @@ bench-ddp: setup  ## DP vs DDP measured here: build/bench/<host>-<date>/report.j
 		$(if $(DEVICE),--device $(DEVICE))
 
 # the first command on a GPU machine: every notebook's GPU tier at SMOKE sizes, AMP/compile/NCCL
+# (a GPU machine with no package index: make gpu-wheels here, then there, with its own Python:
+#  python3 scripts/gpu_check.py --offline build/gpu-wheels; see docs/instructors.md)
 gpu-check: setup  ## build/gpu-check/summary.json
-	$(PY) scripts/gpu_check.py $(if $(DEVICE),--device $(DEVICE)) $(if $(ONLY),--only $(ONLY))
+	$(PY) scripts/gpu_check.py $(if $(DEVICE),--device $(DEVICE)) $(if $(ONLY),--only $(ONLY)) \
+		$(if $(LANES),--lanes $(LANES)) $(if $(BUDGET),--budget $(BUDGET))
+
+# make gpu-wheels PYVER=3.11: the course's packages that the GPU machine lacks, as wheels
+gpu-wheels: setup  ## build/gpu-wheels (Python 3.12 by default), at most 64 MiB
+	$(PY) scripts/gpu_wheels.py $(if $(PYVER),--python $(PYVER) --out build/gpu-wheels-py$(subst .,,$(PYVER)))
+
+# make matrix TORCH="2.11.0 2.15.0" ONLY="00 02": the course at SMOKE sizes per torch release
+matrix: setup  ## side environments in .matrix/ (kept), tables in build/matrix/summary.json
+	$(PY) scripts/matrix.py $(if $(TORCH),--torch $(TORCH)) $(if $(ONLY),--only $(ONLY))
+
+# make teardown-abort RUNS=30: gloo's exit abort without the launchers' two lines, per torch
+teardown-abort: setup  ## this .venv's torch and every .matrix/ environment's
+	$(PY) scripts/teardown_abort.py --runs $(or $(RUNS),30) \
+		--python $(abspath $(PY)) $(abspath $(wildcard .matrix/torch-*/bin/python))
 
 site: setup  ## the course as a static website in build/site/, from the last verify run
 	test -f build/verify.json || $(PY) -m coursekit.verify $(VERIFY_FLAGS)
