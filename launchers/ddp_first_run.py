@@ -29,6 +29,16 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
     return torch.device("cpu"), "gloo"
 
 
+def differing_from_rank0(tensors):
+    """How many of these tensors differ from rank 0's, bit for bit (a collective: every rank)."""
+    differing = 0
+    for t in tensors:
+        rank0s = t.detach().clone()
+        dist.broadcast(rank0s, src=0)  # every rank now holds rank 0's values of this tensor
+        differing += not torch.equal(t.detach(), rank0s)
+    return differing
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=60)
@@ -51,9 +61,11 @@ def main():
     print("identity", *(f"{name}={os.environ[name]}" for name in torchrun_vars),
           f"pid={os.getpid()} parent={os.getppid()} device={device} backend={backend}")
 
-    torch.manual_seed(0)
+    torch.manual_seed(rank)  # on purpose: every rank builds the model from its own seed
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    before = differing_from_rank0(model.parameters())
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    after_wrap = differing_from_rank0(model.parameters())
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr)
 
     true_weights = torch.randn(20, 1, generator=torch.Generator().manual_seed(42))
@@ -70,14 +82,10 @@ def main():
         if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
             print(f"step {step:3d}  loss {loss.item():.4f}")
 
-    # is this replica rank 0's, bit for bit? compare every tensor with rank 0's copy of it
-    params, differing = list(model.parameters()), 0
-    for p in params:
-        rank0s = p.detach().clone()
-        dist.broadcast(rank0s, src=0)  # every rank now holds rank 0's values of this tensor
-        differing += not torch.equal(p.detach(), rank0s)
+    params = list(model.parameters())  # after training: still rank 0's, bit for bit?
     checksum = sum(p.double().sum().item() for p in params)  # to compare with other runs
-    mine = {"losses": losses, "tensors": len(params), "differing_tensors": differing,
+    mine = {"losses": losses, "tensors": len(params), "differing_before_ddp": before,
+            "differing_after_wrap": after_wrap, "differing_tensors": differing_from_rank0(params),
             "checksum": checksum}
     gathered = [None] * world_size
     dist.gather_object(mine, gathered if rank == 0 else None)  # every rank's record, on rank 0
