@@ -383,7 +383,8 @@ def notebook_row(stem: str, folder: Path, status: str, seconds: float, error: st
         (verified,) = json.loads(summary.read_text())["notebooks"]
         row.update(status=verified["status"], seconds=round(verified["seconds"], 1),
                    error=verified["error"], failed_cell=verified["failed_cell"],
-                   claims_not_held=[c["text"] for c in verified.get("claims_not_held", [])])
+                   claims_not_held=[c["text"] for c in verified.get("claims_not_held", [])],
+                   figures=verified.get("figures", {}))  # what the notebook measured on this tier
     results = folder / "results" / f"{stem}.json"
     if results.exists():
         figures = json.loads(results.read_text())
@@ -596,6 +597,14 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["diagnosis"] = diagnose(r["error"], matches)
 
+    ranks = probes["allreduce"].get("metrics", {}).get("world_size")
+    if probes["allreduce"].get("backend") == "nccl":
+        nccl = f"ran: the all-reduce probe, {ranks} processes"
+    elif setup.device == "cuda":
+        nccl = (f"not possible with {setup.n_gpus} GPU: NCCL refuses two ranks on one GPU "
+                "(the probe's ranks used gloo)")
+    else:
+        nccl = "not possible: no GPU"
     image = image_cuda_check(torch.version.cuda, matches)
     failures = [r["notebook"] for r in rows if r["status"] != "passed"]
     failures += ["image CUDA tag"] if image["status"] == "failed" else []
@@ -606,7 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         "cuda": torch.version.cuda, "gpus": setup.gpu_names, "tier": setup.tier,
         "device": setup.device, "lanes": lanes, "budget_s": args.budget,
         "seconds": round(seconds, 1), "offline": str(args.installed or ""),
-        "notebooks": rows, "probes": probes, "probe_processes": watch.of("this check"),
+        "nccl_between_processes": nccl, "notebooks": rows, "probes": probes,
+        "probe_processes": watch.of("this check"),
         "gpu_processes_unattributed": watch.unattributed(), "gpu_record": watch.error or "nvml",
         "image_cuda_tag": image, "failures": failures, "passed": not failures,
     }  # fmt: skip
@@ -617,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         error = r.get("error", "")[:90]
         print(f"probe {name:<20} {r['status']:<10} {r['seconds']:7.1f} s  "
               f"{r.get('backend', '')} {error}")  # fmt: skip
+    print(f"NCCL between processes: {nccl}")
     if watch.error and setup.device == "cuda":
         print(watch.error)
     print(f"image CUDA tag {image['dockerfile_cuda']} vs torch CUDA {image['torch_cuda']}: "
