@@ -1,21 +1,48 @@
-"""Notebook 05: accumulation with no_sync, mixed precision and compile, the proof."""
+"""Notebook 05: accumulation with no_sync, mixed precision and compile, the proof; the
+learner's tasks: the accumulation step (written, checked by the facts, its catalogue of
+planted mistakes) and the all-reduce counts (predicted)."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT, comparison_starting, execute_notebook
+from task_kit import load_module, task_checks
 
 STEP6 = ROOT / "launchers" / "train_step6_amp_compile.py"
+STEM = "05_accumulation_mixed_precision_and_the_proof"
+WRONG = Path(__file__).parent / "solutions_wrong"
+# every planted mistake of the accumulation step, and the words its NOT YET names it by
+CATALOGUE = {
+    "no_loss_scaling": "was 4x the large batch's: divide each loss by K",
+    "no_sync_on_every_micro_batch": "no all-reduce at all",
+    "no_sync_never": "4 all-reduces per step: no_sync never used",
+    "forward_outside_no_sync": "DDP decides at the forward, which ran outside it",
+    "step_every_micro_batch": "optimizer.step() ran 12 times in 3 calls",
+    "zero_grad_inside_loop": "a zero_grad inside the loop erased the others",
+    "sync_on_the_first": "after micro-batch(es) [1] of 4",
+    "skips_the_last_micro_batch": "3 forwards per call for 4 micro-batches",
+}
+
+
+def solved(results):
+    """Task name -> whether the run judged it solved."""
+    return {t["name"]: t["outcome"] == "solved" for t in results["tasks"]}
 
 
 @pytest.mark.slow
-# 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
+# 3 ranks, the reference answers: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS)
 @pytest.mark.parametrize("nproc", [3])
-def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path):
+def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it (as the browser's)
     r = execute_notebook("05", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc
+    # the reference step passes the check; the reference counts match the comm hook's
+    assert solved(r) == {"accumulation_step": True, "allreduces": True}
+    # one bucket: one all-reduce per optimizer step, the steps the prediction cell printed
+    assert r["allreduces_large_batch"] == r["accum_optimizer_steps"]
     # no_sync: K times fewer all-reduces than syncing every micro-batch (counts: exact)
     assert r["allreduces_no_sync"] == r["allreduces_large_batch"]
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
@@ -44,6 +71,38 @@ def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path):
     # on CPU DDP's constructor refuses SyncBatchNorm (torch/nn/parallel/distributed.py)
     assert r["proof_syncbn"] == "ran" or "only work with GPU modules" in r["proof_syncbn"]
     assert len(r["claims"]) >= 12
+
+
+@pytest.mark.slow
+def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
+    """2 ranks (make verify's), the wrong answers of solutions_wrong/nb05: both tasks are
+    NOT YET and the notebook runs to its end."""
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb05"))
+    r = execute_notebook("05", tmp_path, NPROC=2)
+    assert solved(r)["accumulation_step"] is False and solved(r)["allreduces"] is False
+    assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
+
+
+def test_the_accumulation_check_names_every_planted_mistake():
+    """The notebook's own check, in this process (a 1-rank gloo group each), on every file of
+    the catalogue: each rejected with the mistake it plants, each message its own; the
+    reference accepted, the learner's untouched starter not tried."""
+    check = task_checks("05")["check_accumulation_step"]
+    files = sorted((WRONG / "accumulation_step").glob("*.py"))
+    assert {f.stem for f in files} == set(CATALOGUE)
+    messages = {}
+    for path in files:
+        ok, message = check(load_module(path).accumulation_step)
+        assert ok is False and CATALOGUE[path.stem] in message, (path.stem, message)
+        messages[path.stem] = message
+    assert len(set(messages.values())) == len(CATALOGUE)
+    ok, message = check(load_module(ROOT / "solutions" / f"{STEM}.py").accumulation_step)
+    assert ok is True and "one all-reduce per 4 micro-batches" in message, message
+
+    def starter(ddp_model, optimizer, micro_batches):
+        raise NotImplementedError
+
+    assert check(starter)[0] is None
 
 
 def test_fp16_with_a_grad_scaler_trains_on_cpu():
