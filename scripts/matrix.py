@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         args.build.mkdir(parents=True, exist_ok=True)
         (args.build / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
+    if args.setup_only:
+        print(f"environments ready in {args.envs}: " + ", ".join(args.torch))
+        return 0
     if len(results) > 1:
         print_across(results)
     failed = [f"{res['torch']}: {r['notebook']}" for res in results for r in res["notebooks"]

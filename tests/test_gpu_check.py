@@ -217,3 +217,16 @@ def test_the_wheel_plan_for_python_312_ships_no_package_of_the_machine():
     assert {"papermill", "ipykernel", "jupyter-client"} <= set(ship)
     assert not set(ship) & set(machine) and not set(ship) & {"torch", "numpy"}
     assert {"torch", "numpy", "matplotlib", "packaging"} <= set(machine)
+
+
+def test_the_matrix_installs_the_course_beside_each_torch_and_remakes_an_env_when_pins_move():
+    import matrix
+
+    rest = matrix.requirements_without_torch()
+    assert not [r for r in rest if r.startswith("torch")] and "papermill==2.7.0" in rest
+    assert matrix.env_stamp("2.11.0") != matrix.env_stamp("2.15.0")
+    def v(text):
+        return tuple(int(x) for x in text.split("."))
+
+    low, high = map(v, matrix.SUPPORTED)
+    assert all(low <= v(t) <= high for t in matrix.TORCH) and v(matrix.TORCH[0]) <= (2, 11, 0)
