@@ -372,6 +372,24 @@ def on_the_gpu(runs: list[dict], held: list[dict]) -> str:
 # ---- the notebooks, one verify process each, in lanes -------------------------------------
 
 
+EXCEPTION = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)")
+
+
+def launch_error(runs_dir: Path) -> str:
+    """The first exception of the last launched run that failed (a rank's own line), for a
+    notebook that failed: "LauncherFailed: ... a Python exception" names no cause."""
+    failed = [p for p in runs_dir.glob("*/run.json")
+              if json.loads(p.read_text()).get("returncode") not in (0, None)]  # fmt: skip
+    for run_json in sorted(failed, key=lambda p: p.stat().st_mtime, reverse=True)[:1]:
+        log = run_json.parent / "output.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        for line in lines:  # the first: the rank that failed first (the others follow it)
+            found = EXCEPTION.search(line)
+            if found and "ChildFailedError" not in found.group(1):
+                return f"{run_json.parent.name}: {found.group(1)}: {found.group(2)}"[:300]
+    return ""
+
+
 def notebook_row(stem: str, folder: Path, status: str, seconds: float, error: str,
                  n_gpus: int, held: list[dict]) -> dict:  # fmt: skip
     """The row of one notebook, from its own folder only (emptied before it ran)."""
@@ -391,6 +409,7 @@ def notebook_row(stem: str, folder: Path, status: str, seconds: float, error: st
         row.update(tier=figures.get("tier"), device=figures.get("device"),
                    nproc=figures.get("nproc"))
     runs = launches(folder / "runs", n_gpus)
+    row["launch_error"] = launch_error(folder / "runs") if row["status"] != "passed" else ""
     row["launches"] = runs
     row["backend"] = "+".join(sorted({r["backend"] for r in runs})) or "-"
     row["gpu_processes"] = held
@@ -534,6 +553,10 @@ def print_table(rows: list[dict]) -> None:
         if r["status"] != "passed":
             where = f"cell {r['failed_cell']}: " if r["failed_cell"] is not None else ""
             print(f"  {r['notebook']}: {where}{r['error'][:150]}")
+            if r.get("launch_error"):
+                print(f"    its launch: {r['launch_error'][:150]}")
+            if r.get("diagnosis"):
+                print(f"    {r['diagnosis']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -595,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     for result in probes.values():
         result["diagnosis"] = diagnose(result.get("error", ""), matches)
     for r in rows:
-        r["diagnosis"] = diagnose(r["error"], matches)
+        r["diagnosis"] = diagnose(f"{r['error']} {r['launch_error']}".strip(), matches)
 
     ranks = probes["allreduce"].get("metrics", {}).get("world_size")
     if probes["allreduce"].get("backend") == "nccl":

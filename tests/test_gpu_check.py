@@ -230,3 +230,16 @@ def test_the_matrix_installs_the_course_beside_each_torch_and_remakes_an_env_whe
 
     low, high = map(v, matrix.SUPPORTED)
     assert all(low <= v(t) <= high for t in matrix.TORCH) and v(matrix.TORCH[0]) <= (2, 11, 0)
+
+
+def test_a_failed_notebook_row_names_its_launch_s_first_exception(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs, "demo", "collectives_demo.py", 2, "cpu")
+    (runs / "demo" / "run.json").write_text(json.dumps({"cmd": [], "nproc": 2, "returncode": 1}))
+    (runs / "demo" / "output.log").write_text(
+        "[rank1] AttributeError: module 'torch.distributed' has no attribute 'x'\n"
+        "[rank0] RuntimeError: Connection closed by peer\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    error = gpu_check.launch_error(runs)
+    assert error == "demo: AttributeError: module 'torch.distributed' has no attribute 'x'"
+    assert gpu_check.diagnose(error, torch_matches=False).startswith("maybe the torch version")
