@@ -59,6 +59,11 @@ BUILD = ROOT / "build" / "gpu-check"
 SCRATCH = ROOT / "build" / "gpu-scratch"
 BUDGET_S = 480  # the whole check, on one GPU machine: 8 minutes
 MARGIN_S = 20  # for the summary, and for the lanes' kernels to stop
+# SMOKE seconds per notebook (torch 2.11, CPU tier, one lane on a loaded 2-core host): the lanes
+# take the longest first, so that the last notebook to start is a short one; a summary.json of
+# an earlier run in the build folder gives its own seconds instead
+SMOKE_SECONDS = {"00": 39, "01": 36, "02": 60, "03": 33, "04": 158, "05": 243, "06": 81,
+                 "07": 100, "08": 192, "09": 59, "10": 96, "11": 129, "12": 150}  # fmt: skip
 # errors that another torch release explains more often than a defect of the course does
 VERSION_SYMPTOMS = re.compile(r"AttributeError|ImportError|ModuleNotFoundError|TypeError|"
                               r"unexpected keyword|has no attribute")  # fmt: skip
@@ -530,6 +535,16 @@ def run_probes(setup, compile_backend: str) -> dict:
     return probes
 
 
+def longest_first(notebooks: list[Path], build: Path) -> list[Path]:
+    """The notebooks by their expected seconds, longest first (the earlier run's, if any)."""
+    expected = {k: float(v) for k, v in SMOKE_SECONDS.items()}
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        earlier = json.loads((build / "summary.json").read_text())["notebooks"]
+        expected |= {r["notebook"][:2]: float(r["seconds"]) for r in earlier
+                     if r["status"] == "passed"}  # fmt: skip
+    return sorted(notebooks, key=lambda nb: -expected.get(nb.name[:2], 60.0))
+
+
 def clear(build: Path) -> None:
     """This check's own outputs from an earlier run (never anything else in the folder)."""
     for name in ("notebooks", "probes", "runs"):
@@ -595,13 +610,13 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     deadline = start + args.budget - MARGIN_S
     args.build.mkdir(parents=True, exist_ok=True)
+    notebooks = longest_first(select(ROOT / "notebooks", args.only), args.build)
     clear(args.build)
     setup = coursekit.configure(DEVICE=args.device, TIMEOUT_S=min(args.timeout, args.budget),
                                 SMOKE=True, RESULTS_DIR=args.build / "probes" / "results",
                                 quiet=True)  # fmt: skip
     found, pinned = importlib.metadata.version("torch"), pinned_torch()
     matches = found.split("+")[0] == pinned
-    notebooks = select(ROOT / "notebooks", args.only)
     lanes = args.lanes or max(1, min(4, (os.cpu_count() or 1) // 4, len(notebooks)))
     print(f"torch {found} (the course pins {pinned}); tier {setup.tier} "
           f"({', '.join(setup.gpu_names) or 'no GPU'}); {len(notebooks)} notebook(s) in "

@@ -243,3 +243,12 @@ def test_a_failed_notebook_row_names_its_launch_s_first_exception(tmp_path):
     error = gpu_check.launch_error(runs)
     assert error == "demo: AttributeError: module 'torch.distributed' has no attribute 'x'"
     assert gpu_check.diagnose(error, torch_matches=False).startswith("maybe the torch version")
+
+
+def test_the_lanes_take_the_longest_notebooks_first(tmp_path):
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    order = [nb.name[:2] for nb in gpu_check.longest_first(notebooks, tmp_path)]
+    assert order[0] == "05" and sorted(order) == [nb.name[:2] for nb in notebooks]
+    (tmp_path / "summary.json").write_text(json.dumps({"notebooks": [
+        {"notebook": "00_environment_check", "status": "passed", "seconds": 9999}]}))
+    assert gpu_check.longest_first(notebooks, tmp_path)[0].name.startswith("00")
