@@ -6,15 +6,31 @@ CPU kernel (test_the_proof_holds_with_every_cpu_kernel), as before the split."""
 import pytest
 import torch
 from conftest import ROOT, claim_with, execute_notebook
+from task_kit import load_module, task_checks
 
 import coursekit
 
 FINAL = ROOT / "launchers" / "train_step6_amp_compile.py"
+WRONG = ROOT / "tests" / "solutions_wrong"
+# each planted mistake of the atomic save, and what the check's NOT YET must name
+MISTAKES = {
+    "final_path_directly": "you write the checkpoint's own path",
+    "renamed_before_written": "you renamed the file before the write finished",
+    "temp_in_another_dir": "your temporary file is in another directory",
+    "copied_not_renamed": "without a rename",
+    "every_rank": "every rank saving",
+    "old_removed_first": "it left no checkpoint at all",
+    "replace_arguments_swapped": "you renamed the old checkpoint away",
+    "never_renamed": "the new file never replaced it",
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [2, 3])  # 1 rank: each launcher's own test (test_launchers)
-def test_training_loop_notebook(nproc, tmp_path):
+# 1 rank: each launcher's own test (test_launchers); 2 ranks: the browser test's run (solved:
+# conftest.RUN_ONCE_PARAMETERS); 3 ranks: the planted wrong answers
+@pytest.mark.parametrize("nproc, solutions", [(2, "1"), (3, str(WRONG / "nb04"))])
+def test_training_loop_notebook(nproc, solutions, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", solutions)  # the kernel inherits it
     r = execute_notebook("04", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc and r["backend"] == "gloo"
     # it trains: the loss falls and the held-out accuracy rises, in every run
@@ -24,7 +40,7 @@ def test_training_loop_notebook(nproc, tmp_path):
     assert r["epochs"] >= 3 and r["final_test_acc"] > r["first_epoch_test_acc"] + 0.05
     # its claim numbers the epochs as the log does: 0 .. epochs - 1
     assert claim_with(r, "gain > 0")["figures"]["last"] == r["epochs"] - 1
-    assert r["sampler_set_epoch_reshuffles"] is True and r["sampler_padded_duplicates"] == 2
+    assert r["sampler_set_epoch_reshuffles"] is True and r["sampler_padded_duplicates"] == 1
     assert r["tensorboard_tags"] == 5  # loss, lr, throughput, test accuracy, test loss
     # a crash after a checkpoint, then a resume to the end
     assert r["checkpoint_crashed_exit_code"] != 0 and r["resumed_from_step"] > 0
@@ -34,6 +50,30 @@ def test_training_loop_notebook(nproc, tmp_path):
     # the all-reduced evaluation is the single-process evaluation
     assert r["eval_equal"] is True and r["eval_distributed_acc"] == r["eval_single_process_acc"]
     assert len(r["claims"]) >= 5
+    outcome = "solved" if solutions == "1" else "not yet"
+    assert [(t["name"], t["kind"], t["outcome"]) for t in r["tasks"]] == [
+        ("sampler_shares", "predict", outcome), ("save_checkpoint", "write", outcome)]
+
+
+def test_every_planted_mistake_of_the_save_is_named_and_the_reference_accepted():
+    """The check runs in the test's own process (no launch): each candidate saves beside a
+    previous checkpoint, to the end, cut off halfway, and as rank 1."""
+    check = task_checks("04")["check_save_checkpoint"]
+    reference = load_module(ROOT / "solutions" / "04_a_real_ddp_training_loop.py")
+    ok, message = check(reference.save_checkpoint)
+    assert ok is True and "still held the previous checkpoint" in message, message
+
+    def starter(path, state, rank):
+        raise NotImplementedError
+
+    assert check(starter)[0] is None
+    messages = []
+    for stem, named in MISTAKES.items():
+        ok, message = check(load_module(WRONG / "save_checkpoint" / f"{stem}.py").save_checkpoint)
+        assert ok is False and named in message, (stem, message)
+        messages.append(message)
+    assert len(set(messages)) == len(messages), "two mistakes got the same message"
+    assert sorted(p.stem for p in (WRONG / "save_checkpoint").glob("*.py")) == sorted(MISTAKES)
 
 
 @pytest.mark.slow
