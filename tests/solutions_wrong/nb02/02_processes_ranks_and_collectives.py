@@ -1,0 +1,12 @@
+"""WRONG answers of notebook 02's predictions (for the tests): plausible mistakes."""
+
+
+def reduce_scatter(p):
+    """Confuses reduce-scatter with all-reduce: every rank holds the first two sums."""
+    total = [p * i + 10 * sum(range(p)) for i in range(2 * p)]
+    return [total[:2] for _ in range(p)]
+
+
+def bucket_ms(alpha, beta, nbytes):
+    """Multiplies by the bandwidth instead of dividing by it."""
+    return (alpha + nbytes * beta) * 1e3
