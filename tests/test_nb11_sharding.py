@@ -1,20 +1,42 @@
-"""Notebook 11: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint.
+"""Notebook 11: DDP, ZeRO-1 and FSDP2 on the same training run; distributed checkpoint; the
+learner's tasks (ZeRO-1 written by hand, checked against ZeroRedundancyOptimizer; the GPUs
+FSDP2 needs for 20 billion parameters, predicted).
 
 Also under ATEN_CPU_CAPABILITY=default and avx2, and with 1 and 2 threads per rank (torchrun's
 ranks inherit both): the float64 comparison must hold whatever kernels the CPU runs."""
 
+import shutil
+
 import pytest
 import torch
 from conftest import ROOT, execute_notebook
+from task_kit import task_checks
 
 import coursekit
+
+WRONG = ROOT / "tests" / "solutions_wrong"
+# the catalogue of planted mistakes in ZeRO-1 (tests/solutions_wrong/zero1/): what each is
+# rejected for, in the words of its NOT YET message
+ZERO1_MISTAKES = {
+    "steps_everything": "every rank stepped all 10 parameters",
+    "no_broadcast": "nothing was sent after the step",
+    "wrong_owner": "was broadcast from rank 0, but rank 1 stepped it",
+    "not_averaged": "with its own batch's gradients",
+    "summed": "the gradients were summed, not averaged (2x the average)",
+    "drops_parameter": "at 3 ranks, with AdamW: layer 4 bias (24 values) has no owner",
+    "rebuilt_each_step": "the local optimizer lost its state between steps",
+    "round_robin": "balance the shares by size",
+}
 
 
 @pytest.mark.slow
 # 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
 @pytest.mark.parametrize("nproc", [3])
-def test_sharding_notebook(nproc, tmp_path):
+def test_sharding_notebook(nproc, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the tasks solved, as in the browser's run
     r = execute_notebook("11", tmp_path, NPROC=nproc)
+    assert {t["name"]: t["outcome"] for t in r["tasks"]} == {"zero1": "solved",
+                                                             "gpus_for_20b": "solved"}
     assert r["world_size"] == nproc and r["backend"] == "gloo"
     # DDP: every rank holds the same whole state, and the calculator predicts it
     ddp_opt = r["ddp_optimizer_bytes_rank0"]
@@ -27,6 +49,7 @@ def test_sharding_notebook(nproc, tmp_path):
             measured = r[f"{strategy}_optimizer_bytes_rank{k}"]
             assert abs(measured / (ddp_opt / nproc) - 1) <= 0.2, (strategy, k, measured)
     assert r["optimizer_within_20pct"] is True
+    assert r["fsdp_gpus_of_80gib_for_20b"] == 5
     # ZeRO keeps parameters and gradients whole; FSDP2 slices them too
     for k in range(nproc):
         assert r[f"zero_param_bytes_rank{k}"] == r["ddp_param_bytes_rank0"]
@@ -95,3 +118,48 @@ def test_float64_proof_holds_under_every_cpu_kernel(capability, nproc, threads, 
                 continue
             assert reference.dtype == torch.float64, name
             assert (params[strategy][name] - reference).abs().max().item() <= tolerance, name
+
+
+@pytest.mark.slow
+def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
+    """A learner's wrong answers (a ZeRO-1 that never broadcasts; 4 GPUs for 20 billion
+    parameters, the activations forgotten): both NOT YET, and the notebook runs to its end, at
+    2 ranks (the browser's run is at 3)."""
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    shutil.copy(WRONG / "zero1" / "no_broadcast.py", wrong / "zero1.py")
+    (wrong / "11_beyond_ddp_sharding.py").write_text("gpus_for_20b = 4  # 320 GB / 80 GiB\n")
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
+    r = execute_notebook("11", tmp_path, NPROC=2)
+    assert {t["name"]: t["outcome"] for t in r["tasks"]} == {"zero1": "not yet",
+                                                             "gpus_for_20b": "not yet"}
+    assert r["world_size"] == 2 and r["zero_max_param_diff_f64"] <= r["f64_tolerance"]
+
+
+@pytest.mark.slow
+def test_every_planted_zero1_mistake_is_rejected_with_its_name(setup):
+    """The notebook's own check (its task-check cell) on the reference, the untouched starter
+    and every planted mistake: one launch at 2 ranks and one at 3 for all of them."""
+    check = task_checks("11")["check_zero1"]
+    files = [ROOT / "solutions" / "zero1.py", ROOT / "launchers" / "my_zero1.py",
+             *(WRONG / "zero1" / f"{name}.py" for name in ZERO1_MISTAKES)]
+    assert sorted(p.stem for p in (WRONG / "zero1").glob("*.py")) == sorted(ZERO1_MISTAKES)
+    (ok, message), (starter, _), *rejected = check(files, setup)
+    assert ok is True, message
+    assert "38%, 38%, 23%" in message  # AdamW's state per rank at 3 ranks: ZeRO's own split
+    assert starter is None  # not tried: it raises NotImplementedError
+    for (name, words), (ok, message) in zip(ZERO1_MISTAKES.items(), rejected, strict=True):
+        assert ok is False, name
+        assert words in message, (name, message)
+    assert len({message for _, message in rejected}) == len(rejected)  # a message of its own each
+
+
+@pytest.mark.slow
+def test_a_zero1_that_hangs_is_stopped_and_says_where(setup):
+    """Each rank broadcasting only its own share: the ranks' collectives differ and it hangs;
+    the check stops it at its timeout and names the line each rank stood at."""
+    ok, message = task_checks("11")["check_zero1"](WRONG / "zero1_hang" / "zero1.py", setup,
+                                                   nprocs=(2,), timeout_s=30)
+    assert ok is False
+    assert message.startswith("at 2 ranks, it hung, stopped after 30 s"), message
+    assert "rank 0: " in message and "rank 1: " in message

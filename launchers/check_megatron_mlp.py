@@ -1,0 +1,179 @@
+"""Checks home-made Megatron MLP splits against one process, in float64.
+
+    torchrun --nproc-per-node 2 launchers/check_megatron_mlp.py \
+        --impl launchers/my_megatron_mlp.py:ParallelMLP
+
+--impl FILE:CLASS (repeatable). For each class, every rank builds tiny_gpt's MLP (width 12, a
+4x hidden layer) from the same seed, splits a copy with CLASS(mlp, rank, world), and runs one
+forward and one backward of the same batch and output gradient. Recorded per rank: the shapes
+of its fc and proj weights, its dist.all_reduce calls in forward and in backward, and the
+largest differences from the whole MLP in one process: the output, the input's gradient and
+its weights' gradients (against its share of the whole ones). Rank 0 names the problems.
+"""
+
+import argparse
+import copy
+import importlib.util
+import json
+import os
+
+import tiny_gpt
+import torch
+import torch.distributed as dist
+
+TOLERANCE = 1e-10  # float64: another order of additions moves ~1e-16; a wrong split, far more
+DIM = 12  # a hidden layer of 48: whole features for 1, 2, 3, 4 and 6 ranks
+
+
+def device_and_backend(requested: str, local_rank: int, local_world_size: int,
+                       n_gpus: int) -> tuple[torch.device, str]:
+    """Where this rank computes and how the ranks talk: the one place that decides.
+    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE)."""
+    if requested == "cuda":
+        device = torch.device("cuda", local_rank % n_gpus)
+        return device, "nccl" if local_world_size <= n_gpus else "gloo"
+    return torch.device("cpu"), "gloo"
+
+
+class Counter:
+    """Wraps dist.all_reduce: while on, how many calls the split made."""
+
+    def __init__(self):
+        self.on, self.calls, call = False, 0, dist.all_reduce
+
+        def counted(*args, **kwargs):
+            self.calls += self.on
+            return call(*args, **kwargs)
+        dist.all_reduce = counted
+
+    def take(self):
+        calls, self.calls = self.calls, 0
+        return calls
+
+
+def largest(a, b):
+    return (a - b).abs().max().item()
+
+
+def check(cls, rank, world, counter, device):
+    """One class: this rank's facts."""
+    torch.manual_seed(0)
+    whole = tiny_gpt.MLP(DIM).to(device, torch.float64)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 5, DIM, generator=g, dtype=torch.float64).to(device)
+    dout = torch.randn(4, 5, DIM, generator=g, dtype=torch.float64).to(device)
+    x_whole, x_mine = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_whole = whole(x_whole)
+    out_whole.backward(dout)
+    mine = cls(copy.deepcopy(whole), rank, world)
+    f = {"fc": list(mine.fc.weight.shape), "proj": list(mine.proj.weight.shape),
+         "fc_expected": [4 * DIM // world, DIM], "proj_expected": [DIM, 4 * DIM // world]}
+    if f["fc"] != f["fc_expected"] or f["proj"] != f["proj_expected"]:
+        return f  # the forward would only raise: the shapes say what is wrong
+    counter.on = True
+    out = mine(x_mine)
+    f["forward_calls"] = counter.take()
+    out.backward(dout)
+    f["backward_calls"] = counter.take()
+    counter.on = False
+    bias = whole.proj.bias.detach()
+    f |= {"output": largest(out, out_whole),
+          "bias_each_rank": largest(out, out_whole + (world - 1) * bias),
+          "averaged": largest(out, (out_whole - bias) / world + bias),
+          "input_grad": largest(x_mine.grad, x_whole.grad),
+          "weight_grads": max(  # against this rank's share of the whole MLP's gradients
+              largest(mine.fc.weight.grad, whole.fc.weight.grad.chunk(world, 0)[rank]),
+              largest(mine.fc.bias.grad, whole.fc.bias.grad.chunk(world, 0)[rank]),
+              largest(mine.proj.weight.grad, whole.proj.weight.grad.chunk(world, 1)[rank]),
+              largest(mine.proj.bias.grad, whole.proj.bias.grad))}
+    return f
+
+
+def problems(f, world):
+    """What is wrong, in words, most telling first (an empty list: nothing)."""
+    if f["fc"] != f["fc_expected"]:
+        how = (": that splits fc's inputs (by rows)" if f["fc"] == [4 * DIM, DIM // world] else "")
+        return [f"fc's weight is {f['fc']} on a rank, {f['fc_expected']} expected{how}. fc is "
+                "split by columns: its output features, dim 0 of its weight, with its bias"]
+    if f["proj"] != f["proj_expected"]:
+        how = (": that splits proj's outputs (by columns)" if f["proj"] == [DIM // world, 4 * DIM]
+               else "")
+        return [f"proj's weight is {f['proj']} on a rank, {f['proj_expected']} expected{how}. "
+                "proj is split by rows: its inputs, dim 1 of its weight"]
+    found = []
+    if f["forward_calls"] > 1:
+        found.append(f"forward ran {f['forward_calls']} all-reduces, 1 expected: f passes x on "
+                     "unchanged in forward; only g sums")
+    elif f["forward_calls"] == 0:
+        found.append("forward ran no all-reduce: g must sum the ranks' partial outputs")
+    if f["backward_calls"] > 1:
+        found.append(f"backward ran {f['backward_calls']} all-reduces, 1 expected: g's backward "
+                     "passes the gradient on unchanged (every rank already holds all of it)")
+    elif f["backward_calls"] == 0:
+        found.append("backward ran no all-reduce: f's backward must sum the input's gradient "
+                     "(each rank's comes from its own features only)")
+    if f["output"] > TOLERANCE:
+        if f["bias_each_rank"] <= TOLERANCE:
+            found.append(f"the output holds proj's bias {world} times: every rank added it "
+                         "before the sum. Add it once, after g")
+        elif f["averaged"] <= TOLERANCE:
+            found.append(f"the output is 1/{world} of the sum of the partial products: g sums "
+                         "them, it does not average them")
+        else:
+            found.append(f"the output differs from one process by up to {f['output']:.2g}")
+    if f["input_grad"] > TOLERANCE:
+        found.append(f"the input's gradient differs from one process by up to "
+                     f"{f['input_grad']:.2g}")
+    if f["weight_grads"] > TOLERANCE:
+        found.append(f"the weights' gradients differ from one process's (this rank's share) by "
+                     f"up to {f['weight_grads']:.2g}")
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--impl", action="append", required=True, help="FILE:CLASS")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
+    args = parser.parse_args()
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    counter = Counter()  # before the classes' files are loaded, whatever they import
+    cases = []
+    for spec in args.impl:  # FILE:CLASS, split from the right (a path may hold ":")
+        path, _, name = spec.rpartition(":")
+        case = {"impl": spec}
+        try:
+            module_spec = importlib.util.spec_from_file_location(f"impl_{len(cases)}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            facts = check(getattr(module, name), rank, world, counter, device)
+            ranks = [None] * world
+            dist.all_gather_object(ranks, facts)
+            worst = {k: max(r[k] for r in ranks) for k in facts if isinstance(facts[k], float)}
+            case |= {**facts, **worst, "problems": problems({**facts, **worst}, world)}
+        except Exception as err:  # the learner's code: say what it raised, go on
+            counter.on = False
+            case["problems"] = [f"it raised {type(err).__name__}: {err}"]
+        case["ok"] = not case["problems"]
+        cases.append(case)
+        if rank == 0:
+            print(f"{spec}: " + ("ok" if case["ok"] else case["problems"][0]), flush=True)
+    ranks = [None] * world
+    dist.all_gather_object(ranks, {"rank": rank, "pid": os.getpid(), "device": str(device)})
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w") as f:
+            json.dump({"world_size": world, "backend": backend, "tolerance": TOLERANCE,
+                       "ranks": ranks, "cases": cases}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""A planted mistake in ZeRO-1 (notebook 11):
+parameters dealt out in turn by index, whatever their size.
+"""
+
+import torch.distributed as dist
+
+
+class MyZeRO1:
+    """Built like ZeroRedundancyOptimizer: MyZeRO1(model.parameters(), optimizer_class, **kwargs).
+    The model is not wrapped in DDP: after backward, p.grad is this rank's own gradient."""
+
+    def __init__(self, params, optimizer_class, **defaults):
+        self.params = list(params)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self.owner = {i: i % world for i in range(len(self.params))}  # dealt in turn
+        mine = [p for i, p in enumerate(self.params) if self.owner[i] == rank]
+        self.optim = optimizer_class(mine, **defaults)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        world = dist.get_world_size()
+        for p in self.params:
+            if p.grad is not None:
+                dist.all_reduce(p.grad)  # the sum over the ranks' batches
+                p.grad /= world  # their average, as DDP's
+        self.optim.step()  # my share only: the state of the others is not here
+        for i, p in enumerate(self.params):
+            dist.broadcast(p.detach(), src=self.owner[i])  # every rank, in the same order
