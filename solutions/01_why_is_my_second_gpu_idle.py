@@ -2,6 +2,10 @@
 
 from coursekit import memory
 
+# as K grows at a fixed batch: device 0 keeps the whole model state and the whole batch's
+# outputs at any K (its peak stays); device 1 holds a replica and its 1/K share (it shrinks)
+memory_trend = ("stays", "shrinks")
+
 
 def largest_dp_batch(gpu_bytes, devices, params, **sizes):
     """The largest global batch whose DataParallel step fits in gpu_bytes on every device.

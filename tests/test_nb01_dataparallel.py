@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import claim_with, execute_notebook
+from conftest import ROOT, claim_with, execute_notebook
 
 from coursekit import memory
 
@@ -70,10 +70,8 @@ def test_timings_are_claims_not_bounds(reference_run):
     gil = claim_with(r, "processes > threads")["figures"]
     assert gil["processes"] == pytest.approx(r["gil_processes_tiny"])
     assert gil["threads"] == pytest.approx(r["gil_threads_tiny"])
-    kept = claim_with(r, "mm_kept > tiny_kept")["figures"]
-    assert kept["mm_kept"] == pytest.approx(r["gil_threads_matmul"] / r["gil_processes_matmul"])
     # a busy machine is named as a cause only with its figure: the other processes' CPU, measured
-    for figures in (serial["figures"], gil, kept):
+    for figures in (serial["figures"], gil):
         assert figures["others"] >= 0 and figures["cores"] >= 1
     for name in ("gil_threads_matmul", "gil_processes_matmul", "gil_threads_tiny",
                  "gil_processes_tiny"):
@@ -103,15 +101,53 @@ def test_nothing_is_called_a_gpu_measurement_without_a_gpu(reference_run):
     assert ("gpu_peak_dev0_bytes" in r) is r["gpu_measured"]
 
 
-def test_exercise_accepts_the_reference_solution(reference_run):
-    assert reference_run["exercise_passed"] is True
+def test_the_tasks_accept_the_references(reference_run):
+    r = reference_run
+    assert [(t["name"], t["kind"], t["outcome"]) for t in r["tasks"]] == [
+        ("memory_trend", "predict", "solved"), ("largest_dp_batch", "write", "solved")]
+    # the prediction's facts: device 0's peak is the same at every K > 1, device 1's shrinks
+    assert r["memory_trend"] == "stays shrinks"
+    multi = [k for k in ks(r) if k > 1]
+    assert len({r[f"ledger_dev0_bytes_k{k}"] for k in multi}) == 1
 
 
-def test_exercise_rejects_a_wrong_solution_with_three_ranks(tmp_path, monkeypatch):
+def test_the_tasks_reject_wrong_answers_with_three_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
     r = execute_notebook("01", tmp_path, NPROC=3)
-    assert r["exercise_passed"] is False
+    assert [(t["name"], t["outcome"]) for t in r["tasks"]] == [
+        ("memory_trend", "not yet"), ("largest_dp_batch", "not yet")]
     assert r["ddp_world_size"] == 3 and r["ddp_tensor_balance_max_over_min"] < 1.05
+
+
+# the batch task's check, on every planted mistake (no notebook run: the check is a function)
+MISTAKES = {
+    "split_evenly_like_ddp": "an equal share, as with DDP",
+    "average_device": "the average device",
+    "last_device": "the least loaded device",
+    "first_that_does_not_fit": "the first batch that does not fit",
+    "per_device_batch": "the largest batch per device",
+    "not_a_whole_number": "a whole number",
+}
+
+
+def test_every_planted_mistake_of_the_batch_is_named_and_the_reference_accepted():
+    from task_kit import load_module, task_checks
+
+    check = task_checks("01")["check_largest_dp_batch"]
+    reference = load_module(ROOT / "solutions" / "01_why_is_my_second_gpu_idle.py")
+    ok, message = check(reference.largest_dp_batch)
+    assert ok is True and message.startswith("batch 80 fits on device 0"), message
+    assert check(lambda gpu_bytes, devices, params, **sizes: None)[0] is None  # the starter
+    folder = WRONG_SOLUTIONS / "largest_dp_batch"
+    messages = []
+    for stem, named in MISTAKES.items():
+        ok, message = check(load_module(folder / f"{stem}.py").largest_dp_batch)
+        assert ok is False and named in message, (stem, message)
+        messages.append(message)
+    assert len(set(messages)) == len(messages), "two mistakes got the same message"
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted(MISTAKES)
+    # and the answer is not next door: the module the notebook imports holds no batch search
+    assert "def largest" not in (ROOT / "launchers" / "dp_lab.py").read_text()
 
 
 # the calculator, on its own

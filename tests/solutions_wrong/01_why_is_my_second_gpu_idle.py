@@ -1,7 +1,11 @@
-"""A deliberately wrong answer to notebook 01's exercise: it assumes DataParallel splits the
-memory evenly over the devices (as DDP would), so it overestimates the batch that fits."""
+"""Deliberately wrong answers to notebook 01's tasks: device 0's memory predicted to grow with
+the replicas (it stays: nothing it holds is divided by K), and the batch computed as if
+DataParallel split the memory evenly over the devices, as DDP would
+(tests/solutions_wrong/largest_dp_batch/split_evenly_like_ddp.py), which overestimates it."""
 
 from coursekit import memory
+
+memory_trend = ("grows", "shrinks")
 
 
 def largest_dp_batch(gpu_bytes, devices, params, **sizes):

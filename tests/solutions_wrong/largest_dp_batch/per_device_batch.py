@@ -1,0 +1,10 @@
+"""Returns the batch per device, not the global batch."""
+
+from coursekit import memory
+
+
+def largest_dp_batch(gpu_bytes, devices, params, **sizes):
+    batch = 0
+    while max(memory.dp_memory(params, batch + 1, devices, **sizes)) <= gpu_bytes:
+        batch += 1
+    return batch // devices
