@@ -20,9 +20,11 @@ REFERENCES = [f"{SOLUTIONS / 'ddp_naive.py'}:NaiveDDP",
               f"{SOLUTIONS / 'ddp_overlapped.py'}:OverlappedDDP:overlap",
               f"{SOLUTIONS / 'ddp_bucketed.py'}:BucketedDDP:overlap"]  # fmt: skip
 # task -> (its reference file, the class spec, the starter): the three wrappers of the notebook
-TASKS = {"naive_ddp": ("ddp_naive.py", "NaiveDDP", "my_ddp_naive.py"),
-         "overlapped_ddp": ("ddp_overlapped.py", "OverlappedDDP:overlap", "my_ddp_overlapped.py"),
-         "bucketed_ddp": ("ddp_bucketed.py", "BucketedDDP:overlap", "my_ddp_bucketed.py")}  # fmt: skip
+TASKS = {
+    "naive_ddp": ("ddp_naive.py", "NaiveDDP", "my_ddp_naive.py"),
+    "overlapped_ddp": ("ddp_overlapped.py", "OverlappedDDP:overlap", "my_ddp_overlapped.py"),
+    "bucketed_ddp": ("ddp_bucketed.py", "BucketedDDP:overlap", "my_ddp_bucketed.py"),
+}
 # the catalogue: task -> planted mistake (its file) -> words of the message that names it
 NAMED = {
     "naive_ddp": {
