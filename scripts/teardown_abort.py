@@ -171,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(result) + "\n")
-    print("\ntorch      runs  passed  abort  hang  failed  (workaround: "
+    print(f"\n{'torch':<14} runs  passed  abort  hang  failed  (workaround: "
           f"{'yes' if args.workaround else 'no'})")
     for r in results:
-        print(f"{r['torch']:<10} {r['runs']:>4}  {r['passed']:>6}  {r['abort']:>5}  "
+        print(f"{r['torch']:<14} {r['runs']:>4}  {r['passed']:>6}  {r['abort']:>5}  "
               f"{r['hang']:>4}  {r['failed']:>6}")
     return 0
 
