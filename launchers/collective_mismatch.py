@@ -1,16 +1,13 @@
-"""Notebook 08 §2 (BROKEN ON PURPOSE): mismatched raw collectives, and how to make them speak.
+"""Notebook 08 §2 (BROKEN ON PURPOSE): a mismatched raw collective, and how to make it speak.
 
+    torchrun --nproc-per-node 2 launchers/collective_mismatch.py --pg-timeout 5
     TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --nproc-per-node 2 launchers/collective_mismatch.py
-    torchrun --nproc-per-node 2 launchers/collective_mismatch.py --case skip
 
---case shape: every rank all-reduces a tensor, but each a different shape (3 + rank).
-  Plain, the backend pairs them anyway: a crash or a wrong result, with no word of why.
-  With TORCH_DISTRIBUTED_DEBUG=DETAIL every collective is checked first across ranks,
-  and the error names the operation and the shapes.
---case skip: rank 0 skips an all-reduce the others make, then all call monitored_barrier.
-  Rank 0 reaches it and names the ranks that did not: the others, still waiting in the
-  all-reduce it skipped. It is gloo's: on NCCL it runs on a gloo group made for it, and the
-  others wait for their all-reduce to finish (NCCL only queues it).
+Every rank all-reduces a tensor, but each a different shape (3 + rank). Plain, the backend
+pairs them anyway: a crash or a wrong result, with no word of why. With
+TORCH_DISTRIBUTED_DEBUG=DETAIL every collective is checked first across ranks, and the
+error names the operation and the shapes. (Notebook 08 shows `monitored_barrier` on its
+live ranks.)
 """
 
 import argparse
@@ -34,7 +31,6 @@ def device_and_backend(requested: str, local_rank: int, local_world_size: int,
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=["shape", "skip"], default="shape")
     parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
                         help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -49,19 +45,9 @@ def main():
     dist.init_process_group(backend, timeout=args.pg_timeout,
                             device_id=device if backend == "nccl" else None)
     rank = dist.get_rank()
-    if args.case == "shape":
-        t = torch.ones(3 + rank, device=device)  # BUG: the shapes differ across ranks
-        dist.all_reduce(t)
-        print(f"all_reduce returned {t.tolist()} (no error: it paired tensors of different shapes)")
-    else:
-        # monitored_barrier exists in gloo only: a gloo group for it (every rank makes it)
-        monitor = dist.new_group(backend="gloo") if backend == "nccl" else None
-        if rank != 0:  # BUG: rank 0 skips this collective
-            dist.all_reduce(torch.ones(1, device=device))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # NCCL only queued it: wait here, as gloo does
-        dist.monitored_barrier(monitor, timeout=args.pg_timeout and args.pg_timeout / 2,
-                               wait_all_ranks=True)  # name every rank missing, not the first
+    t = torch.ones(3 + rank, device=device)  # BUG: the shapes differ across ranks
+    dist.all_reduce(t)
+    print(f"all_reduce returned {t.tolist()} (no error: it paired tensors of different shapes)")
     dist.destroy_process_group()
 
 

@@ -1,14 +1,115 @@
 """Notebook 08 (hangs and desyncs): every pitfall reproduced (its error text matched), every
-fix green, no process left. The facts both pitfall notebooks (08, 09) teach are checked
-against the installed torch here."""
+fix green, the live ranks' hang, desync and monitored_barrier, the learner's two tasks (where
+each rank of pitfall_logging.py waits; its fix, judged by a run, with a catalogue of planted
+wrong fixes run in one launch), no process left. The facts both pitfall notebooks (08, 09)
+teach are checked against the installed torch here."""
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
+import nbformat
 import pytest
-from conftest import ROOT, execute_notebook, processes_with
+from conftest import ROOT, execute_notebook, notebook_path, processes_with
+from task_kit import load_module, task_checks
+
+import coursekit
 
 PITFALLS = ["hang", "desync"]
+STEM = "08_pitfalls_and_debugging"
+WRONG = Path(__file__).parent / "solutions_wrong"
+# every planted wrong fix of pitfall_logging.py, and the words its NOT YET names it by
+CATALOGUE = {
+    "only_logging_fixed": ("it hung", "loss.backward()", "gather_object"),
+    "only_stop_fixed": ("it hung", "in log_metrics", "ddp_model("),
+    "skip_alone": ("it hung", "loss.backward()", "ddp_model("),
+    "own_loss_logged": ("it logged rank 0's own loss: no all-reduce",),
+    "sum_logged": ("it logged their sum: divide by the world size",),
+    "every_rank_prints": ("ranks [0, 1] printed the mean loss",),
+    "stop_flag_min": ("NaN parameters",),
+}
+DRIVER = '''"""Run launchers one after the other in ONE torchrun launch (a task's catalogue).
+
+Each runs as __main__ on every rank, in a process group of its own (a fresh store on a port rank
+0 picks and shares through torchrun's store); its stdout is kept, and how it ended (its error, its
+innermost frame in its own file) goes to OUT/<i>/facts<rank>.json.
+"""
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import os
+import runpy
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("scripts", nargs="+")
+parser.add_argument("--pg-timeout", default="5")
+parser.add_argument("--device", default="cpu")
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                      timeout=timedelta(seconds=120))
+os.environ.update(TORCHELASTIC_USE_AGENT_STORE="False", MASTER_ADDR="127.0.0.1")
+for i, script in enumerate(map(os.path.abspath, args.scripts)):
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            agent.set(f"port{i}", str(s.getsockname()[1]))
+    os.environ["MASTER_PORT"] = agent.get(f"port{i}").decode()
+    agent.add(f"ready{i}", 1)
+    while agent.add(f"ready{i}", 0) < world:  # together: each group's store waits pg-timeout
+        time.sleep(0.05)
+    out = os.path.join(args.out, str(i))
+    sys.argv = [script, "--pg-timeout", args.pg_timeout, "--device", args.device, "--out", out]
+    stdout, error, where = io.StringIO(), "", ""
+    try:
+        with contextlib.redirect_stdout(stdout):
+            runpy.run_path(script, run_name="__main__")
+    except BaseException as e:  # noqa: BLE001 - how the launcher ended is the fact kept
+        if not (isinstance(e, SystemExit) and e.code in (0, None)):
+            error = (f"{type(e).__name__}: {e}".splitlines() or [""])[0]
+            mine = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == script]
+            if mine:
+                where = f"line {mine[-1].lineno} in {mine[-1].name}: {mine[-1].line}"
+    gc.collect()  # its DDP object goes before its process group
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"facts{rank}.json"), "w") as f:
+        json.dump({"lines": stdout.getvalue().splitlines(), "error": error, "where": where}, f)
+    print(f"{os.path.basename(script)}: {error[:80] or 'finished'}", flush=True)
+'''
+
+
+def facts_of_each(scripts, setup, tmp_path, nproc=2):
+    """Run every launcher of ``scripts`` in turn, in one torchrun launch (DRIVER), with a 5 s
+    collective timeout: each one's facts, as the notebooks' checks read them from a run of
+    their own (finished, rank 0's metrics.json, each rank's lines, error and place)."""
+    driver = tmp_path / "run_each.py"
+    driver.write_text(DRIVER)
+    path = os.pathsep.join([str(ROOT / "launchers"), os.environ.get("PYTHONPATH", "")])
+    run = coursekit.run_launcher(driver, [str(s) for s in scripts], setup=setup, nproc=nproc,
+                                 name="catalogue", echo=False, timeout_s=60 + 30 * len(scripts),
+                                 env={"PYTHONPATH": path})  # fmt: skip
+    facts = []
+    for i in range(len(scripts)):
+        out = run.out_dir / str(i)
+        ranks = [json.loads((out / f"facts{r}.json").read_text()) for r in range(nproc)]
+        finished = not any(r["error"] for r in ranks)
+        metrics = finished and json.loads((out / "metrics.json").read_text())
+        facts.append({"finished": finished, "metrics": metrics, "ranks": ranks})
+    return facts
 
 
 def assert_every_pitfall(r):
@@ -16,6 +117,7 @@ def assert_every_pitfall(r):
         assert r[f"{name}_reproduced"] is True, name
         assert r[f"{name}_fixed"] is True, name
     assert r["mismatch_detail_reproduced"] is True and r["monitored_barrier_reproduced"] is True
+    # the live ranks: monitored_barrier named the ranks that waited (a held claim, below)
     assert r["printing_fixed"] is True and r["printing_console_ranks"] == 1
     assert r["printing_log_files"] >= 2 * r["nproc"]  # stdout and stderr of every rank
     # the faulthandler dumps located every rank of the hang
@@ -35,13 +137,69 @@ def assert_every_pitfall(r):
     assert detail["outcome"] in ("held", "skipped"), detail
 
 
+def solved(results):
+    """Task name -> its outcome in the run."""
+    return {t["name"]: t["outcome"] for t in results["tasks"]}
+
+
 @pytest.mark.slow
-# 3 ranks: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS); 2: make verify
+# 3 ranks, the reference answers: the browser test's run of it (conftest.RUN_ONCE_PARAMETERS)
 @pytest.mark.parametrize("nproc", [3])
-def test_every_pitfall_reproduced_and_fixed(nproc, tmp_path):
+def test_every_pitfall_reproduced_and_fixed(nproc, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the kernel inherits it (as the browser's)
     r = execute_notebook("08", tmp_path, NPROC=nproc)
     assert_every_pitfall(r)
+    # the reference prediction is where the run's ranks stood; the reference fix finished
+    assert solved(r) == {"where_stuck": "solved", "logging_fix": "solved"}
     assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
+
+
+@pytest.mark.slow
+def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
+    """2 ranks (make verify's), the wrong answers of solutions_wrong/nb08 (the last rank said to
+    wait in the backward; a fix of the stop alone, which still hangs in log_metrics): both
+    tasks NOT YET, and the notebook runs to its end."""
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb08"))
+    r = execute_notebook("08", tmp_path, NPROC=2)
+    assert_every_pitfall(r)
+    assert solved(r) == {"where_stuck": "not yet", "logging_fix": "not yet"}
+    assert solved(r)["logging_fix"] != "solved" and r["hang_fixed"] is True
+    assert processes_with(str(tmp_path)) == [], "a process outlived the notebook"
+
+
+@pytest.mark.slow
+def test_the_logging_fix_check_names_every_planted_mistake(setup, tmp_path):
+    """The notebook's own check on every wrong fix of the catalogue and on the reference, their
+    facts from ONE torchrun launch that runs each in turn: each wrong fix rejected with the
+    mistake it plants (a hang names where each rank waited), each message its own; the
+    reference accepted."""
+    check = task_checks("08")["check_logging_fix"]
+    files = sorted((WRONG / "logging_fix").glob("*.py"))
+    assert {f.stem for f in files} == set(CATALOGUE)
+    reference = ROOT / "solutions" / "pitfall_logging.py"
+    facts = facts_of_each([reference, *files], setup, tmp_path)
+    ok, message = check(reference, setup, facts[0])
+    assert ok is True and "rank 0 logged the mean of the 2 ranks' losses" in message, message
+    messages = {}
+    for path, found in zip(files, facts[1:], strict=True):
+        ok, message = check(path, setup, found)
+        assert ok is False and all(w in message for w in CATALOGUE[path.stem]), (path.stem, message)
+        messages[path.stem] = message
+    assert len(set(messages.values())) == len(CATALOGUE)
+
+
+def test_the_starter_is_known_by_its_hash_and_the_reference_knows_where_ranks_wait():
+    """The notebook calls pitfall_logging.py "not tried" while it is byte for byte the shipped
+    starter (its sha-256 in the check's cell); the reference prediction follows the launcher's
+    collectives (the notebook's runs check it against where the ranks stood)."""
+    source = "\n".join(c.source for c in nbformat.read(notebook_path("08"), as_version=4).cells)
+    shipped = hashlib.sha256((ROOT / "launchers" / "pitfall_logging.py").read_bytes())
+    assert f'== "{shipped.hexdigest()[:12]}"' in source
+    stuck = load_module(ROOT / "solutions" / f"{STEM}.py").stuck
+    assert stuck(2, 3) == ("log_metrics", "forward")  # the notebook's run
+    assert stuck(5, 1) == ("backward", "gather_object")  # the stop comes first
+    assert stuck(3, 5) == ("log_metrics", "barrier")  # the log meets the checkpoint barrier
+    assert load_module(WRONG / "nb08" / f"{STEM}.py").stuck != stuck(2, 3)
 
 
 def markdown(*stems: str) -> str:
