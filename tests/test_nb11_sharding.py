@@ -72,7 +72,7 @@ def test_sharding_notebook(nproc, tmp_path, monkeypatch):
     assert r["zero_step_time_ratio"] > 0 and r["fsdp_step_time_ratio"] > 0
     # the checkpoint: sharded reload and single-process load give the same outputs
     assert r["dcp_sharded_reload_max_diff"] == 0
-    assert r["dcp_single_process_max_diff"] <= r["f64_tolerance"] and r["dcp_round_trip_ok"] is True
+    assert r["dcp_single_process_max_diff"] <= r["f64_tolerance"]
     # the calculator's extrapolation: more sharding, larger models
     assert (r["max_params_80gib_8gpus_ddp"] < r["max_params_80gib_8gpus_zero"]
             < r["max_params_80gib_8gpus_zero2"] < r["max_params_80gib_8gpus_fsdp"])
