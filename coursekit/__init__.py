@@ -3,6 +3,7 @@
 Lesson content lives in the notebooks and launchers; this package only runs them.
 """
 
+from . import progress
 from .cells import show_diff, show_outline
 from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
@@ -33,6 +34,7 @@ __all__ = [
     "live_ranks",
     "load_results",
     "outcome_of",
+    "progress",
     "run_launcher",
     "run_nodes",
     "save_results",

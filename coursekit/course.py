@@ -62,10 +62,10 @@ COURSE = (
              {"dp_lab.py": MODULE, "gil_work.py": MODULE, "ddp_same_model.py": LAUNCHER},
              test_ranks=(2, 3)),
     Notebook("02", "processes_ranks_and_collectives", "processes, ranks and collectives",
-             "ranks, process groups and the collectives; a ring all-reduce you write; the "
-             "alpha-beta cost model",
-             {"collectives_demo.py": LAUNCHER, "ring_allreduce.py": EXERCISE,
-              "allreduce_bench.py": LAUNCHER}, browser={"NPROC": 3}, test_ranks=(3, 2)),
+             "ranks, process groups and the collectives, varied live on a pool of ranks; a "
+             "ring all-reduce you write; the alpha-beta cost model",
+             {"ring_allreduce.py": EXERCISE, "allreduce_bench.py": LAUNCHER},
+             browser={"NPROC": 3}, test_ranks=(3, 2)),
     Notebook("03", "your_first_ddp_run", "your first DDP run",
              "the minimal DDP program, in its `mp.spawn` and `torchrun` forms, on your tier",
              {"ddp_spawn_classic.py": SPAWNS, "ddp_first_run.py": LAUNCHER},

@@ -126,7 +126,8 @@ class Ranks:
 
         start = time.monotonic()
         guard = [sys.executable, "-m", "coursekit.guard", "--orphan-exit", sys.executable, "-m"]
-        self.cluster = ipp.Cluster(n=self.n, log_level=logging.WARNING, shutdown_atexit=True,
+        # ERROR: at stop, ipyparallel logs each engine's exit (a SIGTERM traceback) as a warning
+        self.cluster = ipp.Cluster(n=self.n, log_level=logging.ERROR, shutdown_atexit=True,
                                    controller_args=["--IPController.use_threads=True"])
         self.cluster.config.LocalControllerLauncher.controller_cmd = [*guard,
                                                                       "ipyparallel.controller"]

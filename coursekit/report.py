@@ -64,9 +64,11 @@ def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
 
 def _lines_read(cells: list, i: int, notebook_dir: Path) -> int:
     """Non-blank code lines a learner reads in ``cells[i]``: for a collapsed cell with a
-    show_diff/show_outline cell after it, the lines that one shows instead."""
+    show_diff/show_outline cell after it, the lines that one shows instead; none for a task's
+    check (a cell tagged ``task-check``: the learner reads its verdict, inside the task's
+    minutes, not its code)."""
     cell = cells[i]
-    if cell.cell_type != "code":
+    if cell.cell_type != "code" or "task-check" in cell.metadata.get("tags", []):
         return 0
     if is_collapsed(cell) and i + 1 < len(cells) and cells[i + 1].cell_type == "code":
         try:

@@ -36,8 +36,11 @@ def exercise_calls(notebook: Path) -> list[tuple[str, list[str]]]:
         for node in ast.walk(ast.parse(source)):
             func = node.func if isinstance(node, ast.Call) else None
             if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                    and func.value.id == "coursekit"):  # fmt: skip
-                name = func.attr
+                    and func.value.id in ("coursekit", "tasks")):  # fmt: skip
+                name = "check_answer" if (func.value.id == "tasks" and func.attr in (
+                    "check", "predict")) else func.attr  # a task's check (coursekit.Tasks)
+                if func.value.id == "tasks" and name != "check_answer":
+                    continue
                 if name in {"answer", "answer_file", "check_answer"}:
                     literals = [a.value if isinstance(a, ast.Constant) else None
                                 for a in node.args]  # positions kept: None where no literal
@@ -54,7 +57,8 @@ def exercise_problems(notebook: Path, tests_dir: Path = TESTS,
         return []
     problems = []
     if not any(f == "check_answer" for f, _ in calls):
-        problems.append(f"{notebook.name}: no coursekit.check_answer(...) cell checks the answer")
+        problems.append(f"{notebook.name}: no coursekit.check_answer(...) or tasks.check(...) "
+                        "cell checks the answer")
     for f, args in picks:
         if f == "answer":
             if len(args) < 3 or not all(isinstance(a, str) for a in args[1:3]):
