@@ -39,15 +39,18 @@ def test_environment_check(wrong_run):
 
 
 def test_wrong_predictions_are_not_yet_and_the_references_are_what_the_ranks_held(
-        wrong_run, monkeypatch, capsys):  # fmt: skip
+        wrong_run, monkeypatch):  # fmt: skip
     r = wrong_run
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))
     assert [(t["name"], t["kind"], t["outcome"]) for t in r["tasks"]] == [
         ("allreduce_received", "predict", "not yet"), ("live_all_gather", "predict", "not yet")]
+    tasks, measured = coursekit.Tasks(), ast.literal_eval(r["allreduce_received"])
+    wrong = coursekit.answer(None, STEM, "received")(r["allreduce_world_size"])  # WRONG's
+    assert tasks.predict("wrong received", wrong, measured) is False
     # the references, against what the ranks of this run printed and held
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
-    tasks = coursekit.Tasks()
     received = coursekit.answer(None, STEM, "received")(r["allreduce_world_size"])
-    assert tasks.predict("received", received, ast.literal_eval(r["allreduce_received"])) is True
+    assert tasks.predict("received", received, measured) is True
     gathered = coursekit.answer(None, STEM, "gathered")
     assert tasks.predict("gathered", gathered, ast.literal_eval(r["live_gathered"])) is True
 
