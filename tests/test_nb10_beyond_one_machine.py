@@ -1,15 +1,25 @@
-"""Notebook 10: two nodes, rendezvous failures, kill + restart + resume, elastic, Slurm, k8s."""
+"""Notebook 10: two nodes, rendezvous failures, kill + restart + resume (and the learner's
+prediction of the steps replayed), elastic, Slurm, k8s."""
 
 import socket
+from pathlib import Path
 
 import pytest
 from conftest import BEHAVE, ROOT, execute_notebook, processes_with
+from task_kit import load_module
 
 import coursekit
 
+STEM = "10_beyond_one_machine"
+WRONG = Path(__file__).parent / "solutions_wrong" / "nb10"
+
 
 def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
+    """Its one run in the suite (the browser's runs the reference answer): the wrong
+    prediction of solutions_wrong/nb10 is NOT YET; the reference, fed this run's figures, is
+    within what the run measured."""
     monkeypatch.setenv("COURSE_SLURM_DIR", str(slurm_cluster.state))  # the notebook's Slurm
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))  # the kernel inherits it
     results = execute_notebook("10", tmp_path)
     # two nodes (one rank each in SMOKE) form one job
     assert results["nodes"] == 2
@@ -30,6 +40,20 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     assert 0 < results["resumed_from_step"] < results["kill_after_step"]
     assert results["last_step_before_restart"] >= results["kill_after_step"]
     assert results["replayed_steps"] > 0
+    # the learner's prediction: the wrong answer rejected; the reference within the run's range
+    # (the kill lands at KILL_AT or a step later: low from KILL_AT, high from the last step)
+    assert [(t["name"], t["outcome"]) for t in results["tasks"]] == [("replayed_steps", "not yet")]
+    kill_at, save_every = results["kill_after_step"], results["save_every"]
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the reference, as the browser's run picks it
+    reference = coursekit.answer(None, STEM, "replayed")(kill_at, save_every)
+    tasks = coursekit.Tasks()
+    assert tasks.predict("replayed", reference, results["replayed_steps"],
+                         low=kill_at - results["resumed_from_step"],
+                         high=results["replayed_steps"]) is True
+    wrong = load_module(WRONG / f"{STEM}.py").replayed(kill_at, save_every)
+    assert tasks.predict("wrong", wrong, results["replayed_steps"],
+                         low=kill_at - results["resumed_from_step"],
+                         high=results["replayed_steps"]) is False
     # float64 training: equal up to float64's rounding budget, a bound from eps, not a CPU
     assert results["params_close_after_restart"] is True
     assert results["max_param_diff_after_restart"] <= results["rounding_budget_after_restart"]
