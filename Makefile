@@ -71,7 +71,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 progress: setup  ## the course's tasks: solved, not yet, not tried (from build/results)
-	$(PY) -m coursekit.progress
+	$(PY) -c 'import sys, coursekit; sys.exit(coursekit.progress.main())'
 
 reset: setup  ## between classes: stop this course's leftover processes, then remove build/
 	$(PY) -m coursekit.reset

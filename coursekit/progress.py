@@ -1,6 +1,6 @@
 """The learner's progress through the course: every task, solved, not yet or not tried.
 
-    python -m coursekit.progress [RESULTS_DIR]        # make progress
+    make progress        # coursekit.progress.main(): the course's tasks from build/results
 
 Read from the results files the notebooks wrote (build/results by default): a notebook not
 run yet shows as such. The last cell of every notebook shows the same table, and the verify
