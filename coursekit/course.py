@@ -96,7 +96,8 @@ COURSE = (
              "and fixed; printing from ranks",
              {"pitfall_hang.py": BROKEN, "pitfall_hang_fixed.py": LAUNCHER,
               "pitfall_desync.py": BROKEN, "collective_mismatch.py": BROKEN,
-              "pitfall_desync_fixed.py": LAUNCHER, "print_ranks.py": LAUNCHER},
+              "pitfall_desync_fixed.py": LAUNCHER, "print_ranks.py": LAUNCHER,
+              "pitfall_logging.py": BROKEN},
              browser={"NPROC": 3}, test_ranks=(3,)),
     Notebook("09", "pitfalls_in_real_training", "pitfalls in real training",
              "unused parameters, BatchNorm across ranks, `set_epoch` and padding, uneven "

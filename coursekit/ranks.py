@@ -61,8 +61,11 @@ def _join(rank: int, world_size: int, port: int, backend: str, device: str,
         dist.destroy_process_group()
     if device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size,
+    # the store waits for every rank for a minute (a rank may be slow to come back); the
+    # group's collectives wait timeout_s, so a skipped collective ends in seconds
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=rank == 0,
+                          timeout=datetime.timedelta(seconds=60))  # fmt: skip
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
     _NAMESPACE.update(torch=torch, dist=dist, rank=rank, world_size=world_size,
                       device=torch.device(device, rank % max(1, torch.cuda.device_count()))
@@ -147,6 +150,13 @@ class Ranks:
         for call in calls:
             call.get(timeout=60 + self.timeout_s)
 
+    def _revive(self) -> None:
+        """Start the ranks anew (their names are lost) and form the group again."""
+        print("the live ranks are restarted: a rank was stuck or its process died", flush=True)
+        self.cluster.restart_engines_sync()
+        self.client.wait_for_engines(self.n, timeout=120)
+        self._form_group()
+
     @property
     def engines(self) -> list[int]:
         return sorted(self.client.ids)[: self.n]
@@ -165,6 +175,8 @@ class Ranks:
         if bad:
             raise ValueError(f"ranks {bad}: this pool has ranks 0 to {self.n - 1}")
         wait = self.timeout_s + 2 if timeout_s is None else timeout_s
+        if len(self.client.ids) < self.n:  # a rank's process died in an earlier cell
+            self._revive()
         calls = {r: self.client[self.engines[r]].apply_async(_run_cell, code) for r in ranks}
         outcomes, deadline, interrupted = {}, time.monotonic() + wait, False
         try:
@@ -185,11 +197,9 @@ class Ranks:
                 outcomes[r] = RankOutcome(r, error=str(call.exception()).splitlines()[0][:400])
             else:
                 outcomes[r] = RankOutcome(r, finished=False, error="still running: restarted")
-        if any(not o.finished for o in outcomes.values()):
-            self.cluster.restart_engines_sync()
-            self.client.wait_for_engines(self.n, timeout=60)
-            _ = [self.client[e].apply_sync(_run_cell, "import torch") for e in self.engines]
-        if any(o.error for o in outcomes.values()):
+        if any(not o.finished for o in outcomes.values()) or len(self.client.ids) < self.n:
+            self._revive()  # a rank still running, or a rank's process gone (a native abort)
+        elif any(o.error for o in outcomes.values()):
             self._form_group()  # a collective that failed leaves the group unusable
         shown = [outcomes[r] for r in ranks]
         if interrupted:

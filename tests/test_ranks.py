@@ -111,3 +111,12 @@ def test_no_pool_process_outlives_its_kernel():
         client.stop_channels()
         km.shutdown_kernel(now=False)  # a clean shutdown: the kernel's exit stops the pool
     assert wait_until_gone(10, second) == [], "the pool of a shut-down kernel lived on"
+
+
+def test_a_rank_whose_process_dies_is_started_again(pool):
+    """A native abort (here os._exit) ends a rank's process: the cell says so, and the pool
+    comes back with every rank, its group formed again."""
+    outcomes = pool.run("import os\nif rank == 1:\n    os._exit(3)\nrank")
+    assert outcomes[0].value == "0" and "died" in outcomes[1].error
+    back = pool.run("t = torch.ones(1); dist.all_reduce(t); t.item()")
+    assert [o.value for o in back] == ["3.0"] * 3
