@@ -182,10 +182,14 @@ def test_the_gpu_record_names_each_process_and_the_notebook_it_belongs_to():
     try:
         import psutil
 
-        deadline = time.monotonic() + 10
-        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+        def child_started():  # forked and exec'd: before exec its command is its parent's
+            kids = psutil.Process(parent.pid).children()
+            return kids if kids and "x.py" in kids[0].cmdline() else None
+
+        deadline = time.monotonic() + 20
+        while not child_started() and time.monotonic() < deadline:
             time.sleep(0.05)
-        (child,) = psutil.Process(parent.pid).children()
+        (child,) = child_started()
         sampled = [(child.pid, 300 * 2**20), (999_999_999, 2**20)]
         watch = gpu_check.GpuWatch(sample=lambda: sampled)
         watch.track(parent.pid, "07_build_ddp_yourself")
