@@ -208,6 +208,16 @@ class Ranks:
             raise KeyboardInterrupt("the live ranks were interrupted too; the pool works on")
         return shown
 
+    def values(self, code: str, ranks=None) -> list:
+        """Each rank's value of ``code``'s last expression (a Python literal: numbers, lists,
+        dicts), in rank order; a rank's error is raised, naming the rank."""
+        outcomes = self.run(code, ranks)
+        for o in outcomes:
+            if o.error or o.value is None:
+                raise RuntimeError(f"rank {o.rank}: {o.error or 'the cell has no value'}"
+                                   f"{_where(o, code)}")  # fmt: skip
+        return [ast.literal_eval(o.value) for o in outcomes]
+
     def show(self, outcomes: list[RankOutcome], code: str = "") -> None:
         """Each rank's output side by side (plain text where no front end draws HTML)."""
         from IPython.display import display

@@ -143,7 +143,12 @@ def run_notebook(
     start = time.monotonic()
     try:
         execute(path, executed, parameters, timeout_s, km)
-        report.status = "passed"
+        # a cell cut off at the deadline may end without an error (its interrupt caught):
+        # a notebook that used its whole time did not pass
+        report.status = "passed" if time.monotonic() < deadline else "timed out"
+        if report.status == "timed out":
+            report.error = f"ran into its limit of {timeout_s:g} s"
+            report.failed_cell = _failed_cell(executed) if executed.exists() else None
     except Exception as err:  # noqa: BLE001 - any failure of a notebook is reported, not raised
         report.status = "timed out" if time.monotonic() >= deadline else "failed"
         ename, evalue = getattr(err, "ename", type(err).__name__), getattr(err, "evalue", str(err))

@@ -179,7 +179,9 @@ def train(impl, schedule_name, microbatches, args, device):
 
     losses, step_times, timelines = [], [], []
     for step, (x, y) in enumerate(batches):
-        x, y = x.to(device), y.to(device)
+        # contiguous: the batches are slices of longer sequences, and torch 2.11's pipelining
+        # refuses a stage input whose strides are not those of a fresh tensor
+        x, y = x.to(device).contiguous(), y.to(device).contiguous()
         dist.barrier()  # every stage starts the step together: one time origin for the timeline
         clock = StepClock(device)
         with tiny_gpt.SavedActivations(stage) as saved:

@@ -3,7 +3,7 @@ of the run's own figures (the notebook calls it when the answer is callable)."""
 
 
 def reduce_scatter(p):
-    """What each of p ranks holds after dist.reduce_scatter_single(out, x) with
+    """What each of p ranks holds after dist.reduce_scatter_tensor(out, x) with
     x = arange(2p) + 10 * rank and out of 2 elements: element i of the sum over ranks is
     p * i + 10 * (0 + 1 + ... + p-1), and rank r keeps elements 2r and 2r + 1."""
     total = [p * i + 10 * sum(range(p)) for i in range(2 * p)]
