@@ -86,7 +86,8 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
     wrong.mkdir()
     shutil.copy(WRONG / "megatron_mlp" / "g_reduces_in_backward.py", wrong / "megatron_mlp.py")
     (wrong / "12_beyond_data_parallelism.py").write_text(
-        "bubble_m = 6\n\n\ndef bubble(p, m):\n    return 0.0  # 1F1B keeps every stage busy\n")
+        "bubble_m = 5  # not among the runs: judged at 2N\n\n\n"
+        "def bubble(p, m):\n    return 0.0  # 1F1B keeps every stage busy\n")
     monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
     r = execute_notebook("12", tmp_path, NPROC=3)
     assert {t["name"]: t["outcome"] for t in r["tasks"]} == {"megatron_mlp": "not yet",
