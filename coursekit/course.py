@@ -113,14 +113,16 @@ COURSE = (
              {"multinode_train.py": LAUNCHER}),
     Notebook("11", "beyond_ddp_sharding", "beyond DDP: sharding",
              "where a rank's memory goes; ZeRO-1 and FSDP2 against DDP: bytes per rank, step "
-             "time, the same trained parameters; distributed checkpoints",
-             {"train_step7_sharding.py": LAUNCHER}, browser={"NPROC": 3}, test_ranks=(3,)),
+             "time, the same trained parameters; ZeRO-1 written by hand; distributed checkpoints",
+             {"train_step7_sharding.py": LAUNCHER, "my_zero1.py": EXERCISE,
+              "check_my_zero1.py": LAUNCHER}, browser={"NPROC": 3}, test_ranks=(3, 2)),
     Notebook("12", "beyond_data_parallelism", "beyond data parallelism",
-             "tensor and pipeline parallelism by hand and with torch, the bubble, FSDP x TP "
-             "on a 2-D mesh, and a transformer memory calculator",
-             {"tiny_gpt.py": MODULE, "tensor_parallel.py": LAUNCHER,
+             "Megatron's MLP split written by hand; tensor and pipeline parallelism by hand and "
+             "with torch, the bubble, FSDP x TP on a 2-D mesh, a transformer memory calculator",
+             {"tiny_gpt.py": MODULE, "my_megatron_mlp.py": EXERCISE,
+              "check_megatron_mlp.py": LAUNCHER, "tensor_parallel.py": LAUNCHER,
               "pipeline_parallel.py": LAUNCHER, "fsdp_tp_2d.py": MESH},
-             browser={"NPROC": 2}),
+             browser={"NPROC": 2}, test_ranks=(2, 3)),
 )  # fmt: skip
 
 

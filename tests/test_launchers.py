@@ -41,6 +41,8 @@ QUICK_ARGS = {
     **{name: ["--dim", "48", "--heads", "12", "--seq", "16", "--vocab", "32"]
        for name in ("tensor_parallel.py", "pipeline_parallel.py")},
     # the learner's unfinished wrappers: the checker reports what they raised, and runs on
+    "check_my_zero1.py": ["--impl", f"{LAUNCHERS / 'my_zero1.py'}:MyZeRO1"],
+    "check_megatron_mlp.py": ["--impl", f"{LAUNCHERS / 'my_megatron_mlp.py'}:ParallelMLP"],
     "check_my_ddp.py": [a for step, cls in [("naive", "NaiveDDP"), ("bucketed", "BucketedDDP")]
                         for a in ("--impl", f"{LAUNCHERS / f'my_ddp_{step}.py'}:{cls}")],
     "my_ddp_bench.py": ["--naive", SOLUTIONS / "ddp_naive.py",
