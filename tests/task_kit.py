@@ -10,10 +10,14 @@ running the notebook (tests/solutions_wrong/<catalogue>/).
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import nbformat
-from conftest import notebook_path
+from conftest import ROOT, notebook_path
+
+import coursekit
 
 TAG = "task-check"
 
@@ -35,3 +39,91 @@ def load_module(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def solved(results):
+    """Task name -> its outcome in the run."""
+    return {t["name"]: t["outcome"] for t in results["tasks"]}
+
+
+DRIVER = '''"""Run launchers one after the other in ONE torchrun launch (a task's catalogue).
+
+Each runs as __main__ on every rank, in a process group of its own (a fresh store on a port rank
+0 picks and shares through torchrun's store); its stdout is kept, and how it ended (its error, its
+innermost frame in its own file) goes to OUT/<i>/facts<rank>.json.
+"""
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import os
+import runpy
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("scripts", nargs="+")
+parser.add_argument("--pg-timeout", default="5")
+parser.add_argument("--device", default="cpu")
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                      timeout=timedelta(seconds=120))
+os.environ.update(TORCHELASTIC_USE_AGENT_STORE="False", MASTER_ADDR="127.0.0.1")
+for i, script in enumerate(map(os.path.abspath, args.scripts)):
+    if rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            agent.set(f"port{i}", str(s.getsockname()[1]))
+    os.environ["MASTER_PORT"] = agent.get(f"port{i}").decode()
+    agent.add(f"ready{i}", 1)
+    while agent.add(f"ready{i}", 0) < world:  # together: each group's store waits pg-timeout
+        time.sleep(0.05)
+    out = os.path.join(args.out, str(i))
+    sys.argv = [script, "--pg-timeout", args.pg_timeout, "--device", args.device, "--out", out]
+    stdout, error, where = io.StringIO(), "", ""
+    try:
+        with contextlib.redirect_stdout(stdout):
+            runpy.run_path(script, run_name="__main__")
+    except BaseException as e:  # noqa: BLE001 - how the launcher ended is the fact kept
+        if not (isinstance(e, SystemExit) and e.code in (0, None)):
+            error = (f"{type(e).__name__}: {e}".splitlines() or [""])[0]
+            mine = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == script]
+            if mine:
+                where = f"line {mine[-1].lineno} in {mine[-1].name}: {mine[-1].line}"
+    gc.collect()  # its DDP object goes before its process group
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"facts{rank}.json"), "w") as f:
+        json.dump({"lines": stdout.getvalue().splitlines(), "error": error, "where": where}, f)
+    print(f"{os.path.basename(script)}: {error[:80] or 'finished'}", flush=True)
+'''
+
+
+def facts_of_each(scripts, setup, tmp_path, nproc=2):
+    """Run every launcher of ``scripts`` in turn, in one torchrun launch (DRIVER), with a 5 s
+    collective timeout: each one's facts, as the notebooks' checks read them from a run of
+    their own (finished, rank 0's metrics.json, each rank's lines, error and place)."""
+    driver = tmp_path / "run_each.py"
+    driver.write_text(DRIVER)
+    path = os.pathsep.join([str(ROOT / "launchers"), os.environ.get("PYTHONPATH", "")])
+    run = coursekit.run_launcher(driver, [str(s) for s in scripts], setup=setup, nproc=nproc,
+                                 name="catalogue", echo=False, timeout_s=60 + 30 * len(scripts),
+                                 env={"PYTHONPATH": path})  # fmt: skip
+    facts = []
+    for i in range(len(scripts)):
+        out = run.out_dir / str(i)
+        ranks = [json.loads((out / f"facts{r}.json").read_text()) for r in range(nproc)]
+        finished = not any(r["error"] for r in ranks)
+        metrics = finished and json.loads((out / "metrics.json").read_text())
+        facts.append({"finished": finished, "metrics": metrics, "ranks": ranks})
+    return facts

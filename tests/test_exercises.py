@@ -83,7 +83,7 @@ def exercise_problems(notebook: Path, tests_dir: Path = TESTS,
                 continue
             if not (solutions_dir / args[1]).exists():
                 problems.append(f"{notebook.name}: solutions/{args[1]} is missing")
-    modules = sorted(tests_dir.glob(f"test_nb{notebook.name[:2]}_*.py"))
+    modules = sorted(tests_dir.glob(f"test_{notebook.stem}.py"))
     text = "\n".join(m.read_text() for m in modules)
     values = SETENV.findall(text)
     if not any(v.strip() in {'"1"', "'1'"} for v in values):
@@ -144,7 +144,7 @@ def make_course(tmp_path, cells, test_text=GOOD_TEST, solution="device0_bytes = 
         (tmp_path / "solutions" / "42_demo.py").write_text(solution)
     tests = tmp_path / "tests"
     (tests / "wrong_solutions").mkdir(parents=True)
-    (tests / "test_nb42_demo.py").write_text(test_text)
+    (tests / "test_42_demo.py").write_text(test_text)
     (tests / "wrong_solutions" / "42_demo.py").write_text("device0_bytes = 4\n")
     return nb, tests, tmp_path / "solutions"
 

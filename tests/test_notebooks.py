@@ -1,4 +1,4 @@
-"""Every notebook has its own test module (tests/test_nbNN_*.py) that runs it under
+"""Every notebook has its own test module (tests/test_<notebook stem>.py) that runs it under
 papermill and asserts on its results file; bad parameters stop a notebook before any run."""
 
 import time
@@ -13,8 +13,8 @@ TESTS = Path(__file__).parent
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_notebook_has_a_test_module(notebook):
-    modules = list(TESTS.glob(f"test_nb{notebook.name[:2]}_*.py"))
-    assert modules, f"add tests/test_nb{notebook.name[:2]}_<topic>.py that runs {notebook.name}"
+    modules = list(TESTS.glob(f"test_{notebook.stem}.py"))
+    assert modules, f"add tests/test_{notebook.stem}.py that runs {notebook.name}"
     assert "execute_notebook(" in modules[0].read_text()
 
 
@@ -34,7 +34,7 @@ def bad_parameter_cases():
                 yield pytest.param(notebook, *case, id=f"{notebook.stem}-{next(iter(case[0]))}")
 
 
-@pytest.mark.parametrize("notebook, parameters, env, message", bad_parameter_cases())
+@pytest.mark.parametrize("notebook, parameters, env, message", list(bad_parameter_cases()))
 def test_bad_parameters_stop_the_notebook_before_any_run(
     notebook, parameters, env, message, tmp_path, monkeypatch
 ):

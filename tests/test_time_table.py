@@ -17,12 +17,14 @@ CI_TIMES = ROOT / "scripts" / "ci_times.py"
     ("tests/test_browser.py::test_x[03]", "browser"),
     ("tests/test_container.py::test_x", "container"),
     ("tests/test_docker.py::test_x", "container"),
-    ("tests/test_nb04_training_loop.py::test_x[2]", "notebooks"),
+    ("tests/test_04_a_real_ddp_training_loop.py::test_x[2]", "notebooks"),
     ("tests/test_notebooks.py::test_x", "notebooks"),
+    ("tests/test_ranks.py::test_x", "live ranks"),
+    ("tests/test_exercises.py::test_x", "the rest"),
     ("tests/test_launchers.py::test_x[a-1ranks]", "launchers"),
     ("tests/test_slurm.py::test_x", "slurm"),
     ("tests/test_runner.py::test_x", "the rest"),
-    ("tests/test_nb4.py::test_x", "the rest"),
+    ("tests/test_4.py::test_x", "the rest"),
 ])  # fmt: skip
 def test_every_module_counts_for_one_part(nodeid, part):
     assert part_of(nodeid) == part

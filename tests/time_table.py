@@ -22,7 +22,8 @@ TIMES_FILE = Path(os.environ.get("COURSE_TEST_TIMES", ROOT / "build" / "test-tim
 PARTS = [
     ("browser", re.compile(r"^test_browser\.py$")),
     ("container", re.compile(r"^test_(container|docker)\.py$")),
-    ("notebooks", re.compile(r"^test_(nb\d\d_\w+|notebooks)\.py$")),
+    ("notebooks", re.compile(r"^test_(\d\d_\w+|notebooks)\.py$")),
+    ("live ranks", re.compile(r"^test_ranks\.py$")),
     ("launchers", re.compile(r"^test_launchers\.py$")),
     ("slurm", re.compile(r"^test_slurm\.py$")),
 ]

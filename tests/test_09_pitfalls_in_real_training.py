@@ -9,8 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import ROOT, execute_notebook, notebook_path, processes_with
-from task_kit import load_module, task_checks
-from test_nb08_pitfalls import facts_of_each, solved
+from task_kit import facts_of_each, load_module, solved, task_checks
 
 import coursekit
 
