@@ -238,14 +238,18 @@ def scaling_model(args, name):
 
 def dataparallel(base, batch, width, world, device, cpu):
     """DP's variant: (name, step function on rank 0, why not the real one or None). The real
-    nn.DataParallel where this node has a GPU for every rank (NCCL): rank 0 drives `world`
-    GPUs, cuda:0..cuda:world-1, in a phase of its own, while the other ranks wait on the CPU
-    (gloo) group with nothing running on their GPUs. Else the re-implementation on `device`;
-    also where rank 0 cannot use the GPUs the other ranks' processes hold (EXCLUSIVE_PROCESS
-    compute mode admits one process per GPU): then it says why."""
+    nn.DataParallel where this node has a GPU for every rank of the job (NCCL, one node):
+    rank 0 drives `world` GPUs, cuda:0..cuda:world-1, in a phase of its own, while the other
+    ranks wait on the CPU (gloo) group with nothing running on their GPUs. Else the
+    re-implementation on `device`, saying why: the job spans nodes (one process drives its
+    own node's GPUs only), or rank 0 cannot use the GPUs the other ranks' processes hold
+    (EXCLUSIVE_PROCESS compute mode admits one process per GPU)."""
     name, step, why = f"DP re-implemented, {world} replicas", None, None
     if dist.get_rank() == 0:
-        if dist.get_backend() == "nccl" and world > 1:
+        if dist.get_backend() == "nccl" and world > torch.cuda.device_count():
+            why = (f"the real nn.DataParallel drives one node's GPUs: {world} ranks, "
+                   f"{torch.cuda.device_count()} GPUs on this node")
+        elif dist.get_backend() == "nccl" and world > 1:
             try:
                 dp = Trainer(nn.DataParallel(copy.deepcopy(base), device_ids=list(range(world))),
                              batch, width, device)

@@ -348,3 +348,28 @@ def test_dataparallel_never_shares_a_collective_with_waiting_ranks():
     # DP's phase: rank 0 alone drives the GPUs; the others wait in timed_rounds' gloo barrier
     source = (ROOT / "launchers" / "ddp_bench.py").read_text()
     assert "nn.DataParallel(copy.deepcopy(base), device_ids=list(range(world)))" in source
+
+
+def test_dataparallel_drives_only_this_nodes_gpus(launcher, monkeypatch):
+    """Multi-node, 16 ranks on 8 GPUs a node: nn.DataParallel(device_ids=range(16)) would
+    raise AssertionError("Invalid device id") (torch/cuda/__init__.py get_device_properties,
+    through DataParallel.__init__'s _check_balance): the re-implementation runs, saying why.
+    On one node the real one is tried, and a RuntimeError (a busy GPU) falls back too."""
+    made = []
+
+    def fake_dp(module, device_ids):
+        made.append(device_ids)
+        raise RuntimeError("CUDA-capable device(s) is/are busy or unavailable")
+
+    monkeypatch.setattr(launcher.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(launcher.dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(launcher.dist, "broadcast_object_list", lambda objs, src, group: None)
+    monkeypatch.setattr(launcher.torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(launcher.nn, "DataParallel", fake_dp)
+    cpu = torch.device("cpu")
+    name, step, why = launcher.dataparallel(launcher.mlp(8, 1), 4, 8, 16, cpu, None)
+    assert made == [] and name == "DP re-implemented, 16 replicas" and callable(step)
+    assert "16 ranks, 8 GPUs on this node" in why
+    name, step, why = launcher.dataparallel(launcher.mlp(8, 1), 4, 8, 8, cpu, None)
+    assert made == [list(range(8))] and name == "DP re-implemented, 8 replicas"
+    assert "could not use GPUs 1..7" in why and callable(step)
