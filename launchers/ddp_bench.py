@@ -266,6 +266,25 @@ def dataparallel(base, batch, width, world, device, cpu):
 
 
 SCALING_DDP = {}  # the scaling part's N-rank DDP step on the MLP, its batch per rank and width
+FOOTPRINT = {}  # on a GPU: "model: DDP n ranks" -> the bytes that DDP added on this rank's GPU
+
+
+@contextmanager
+def footprint(device, name):
+    """On a GPU, FOOTPRINT[name]: the tensor bytes the block added on this rank's GPU at its
+    peak (a variant built and stepped: its model copy, batch, buckets, gradients, activations).
+    The variants built before stay allocated and are not counted: max_memory_allocated, its
+    peak reset first, over memory_allocated before (without the reset rank 0's peak would hold
+    the one-process and DataParallel variants too)."""
+    if device.type != "cuda":
+        yield
+        return
+    sync(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    yield
+    sync(device)
+    FOOTPRINT[name] = torch.cuda.max_memory_allocated(device) - before
 
 
 def part_scaling(args, device, rank, world, groups, name):
@@ -297,10 +316,12 @@ def part_scaling(args, device, rank, world, groups, name):
     variants[dp_name] = (dp_step, {0})
     for n in range(1, world + 1) if name == "matmul" else [world]:
         if rank < n:
-            ddp = DDP(copy.deepcopy(base), process_group=groups[n],
-                      device_ids=[device.index] if device.type == "cuda" else None)
-            variants[f"DDP {n} rank{'s' * (n > 1)}"] = (
-                Trainer(ddp, gbatch // n, width, device).step, set(range(n)))
+            with footprint(device, f"{name}: DDP {n} rank{'s' * (n > 1)}"):
+                ddp = DDP(copy.deepcopy(base), process_group=groups[n],
+                          device_ids=[device.index] if device.type == "cuda" else None)
+                trainer = Trainer(ddp, gbatch // n, width, device)
+                trainer.step()  # its first step: DDP rebuilds its buckets after it
+            variants[f"DDP {n} rank{'s' * (n > 1)}"] = (trainer.step, set(range(n)))
         else:
             variants[f"DDP {n} rank{'s' * (n > 1)}"] = (None, set(range(n)))
     seconds = timed_rounds(variants, steps, args.rounds, device, rank, cpu)
@@ -510,13 +531,19 @@ def part_profile(args, device, rank, out, cpu):
             "overlap_fractions": [s[0] for s in steps]}
 
 
-def peak_memory(device):
-    """(bytes, what they are) of this rank's peak: on a GPU the tensors torch allocated on it
-    (max_memory_allocated: not the CUDA context, not the allocator's cache); on a CPU the
-    process's peak resident memory (interpreter and torch included). ru_maxrss is KiB on
-    Linux, bytes on macOS."""
+def peak_memory(device, world=1):
+    """(bytes, what they are) of this rank's peak: on a GPU the tensors DDP's `world` ranks on
+    the MLP added on it (footprint: not the CUDA context, not the allocator's cache, not the
+    other variants), else, without the scaling part, the whole run's peak; on a CPU the
+    process's peak resident memory (interpreter, torch and every variant included). ru_maxrss
+    is KiB on Linux, bytes on macOS."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "peak tensor bytes allocated on the GPU"
+        ddp = FOOTPRINT.get(f"matmul: DDP {world} rank{'s' * (world > 1)}")
+        if ddp is not None:
+            return ddp, (f"peak tensor bytes DDP's {world} ranks added on their GPUs (the MLP's "
+                         "copy, batch, buckets, gradients, activations)")
+        return (torch.cuda.max_memory_allocated(device),
+                "peak tensor bytes allocated on the GPU, every variant of the run")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return (peak if sys.platform == "darwin" else peak * 1024), "peak RSS of the rank process"
 
@@ -580,10 +607,10 @@ def main():
         if rank == 0:
             print(f"{part} measured in {time.perf_counter() - start:.1f} s", flush=True)
     peaks = [None] * world
-    dist.all_gather_object(peaks, peak_memory(device), group=groups["cpu"])
+    dist.all_gather_object(peaks, (*peak_memory(device, world), FOOTPRINT), group=groups["cpu"])
     if rank == 0:
-        metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r][0], "peak_what": peaks[r][1]}
-                            for r in range(world)]
+        metrics["ranks"] = [{"rank": r, "peak_bytes": peaks[r][0], "peak_what": peaks[r][1],
+                             "footprint_bytes": peaks[r][2]} for r in range(world)]
         metrics["load_average_after"] = list(os.getloadavg())
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w") as f:

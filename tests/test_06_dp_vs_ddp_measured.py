@@ -373,3 +373,30 @@ def test_dataparallel_drives_only_this_nodes_gpus(launcher, monkeypatch):
     name, step, why = launcher.dataparallel(launcher.mlp(8, 1), 4, 8, 8, cpu, None)
     assert made == [list(range(8))] and name == "DP re-implemented, 8 replicas"
     assert "could not use GPUs 1..7" in why and callable(step)
+
+
+def test_ddp_memory_on_a_gpu_is_its_own_not_the_runs_peak(launcher, monkeypatch):
+    """On a GPU the per-rank figure is what DDP's ranks added (max_memory_allocated, its peak
+    reset first, over memory_allocated before), not rank 0's peak of the whole run, which
+    holds the one-process and DataParallel variants (a fake allocator: no GPU here)."""
+    mem = {"now": 300, "peak": 900}  # 900: the variants before DDP, on rank 0
+
+    def reset(device=None):
+        mem["peak"] = mem["now"]
+
+    for name, fake in {"synchronize": lambda device=None: None, "reset_peak_memory_stats": reset,
+                       "memory_allocated": lambda device=None: mem["now"],
+                       "max_memory_allocated": lambda device=None: mem["peak"]}.items():
+        monkeypatch.setattr(launcher.torch.cuda, name, fake)
+    monkeypatch.setattr(launcher, "FOOTPRINT", {})
+    gpu = torch.device("cuda", 0)
+    assert launcher.peak_memory(gpu, 2) == (900, "peak tensor bytes allocated on the GPU, "
+                                                 "every variant of the run")  # no DDP measured
+    with launcher.footprint(gpu, "matmul: DDP 2 ranks"):
+        mem.update(now=350, peak=420)  # DDP built and stepped: 120 bytes at its peak
+    assert launcher.FOOTPRINT == {"matmul: DDP 2 ranks": 120}
+    peak, what = launcher.peak_memory(gpu, 2)
+    assert peak == 120 and "DDP's 2 ranks added" in what
+    with launcher.footprint(torch.device("cpu"), "matmul: DDP 1 rank"):
+        pass
+    assert list(launcher.FOOTPRINT) == ["matmul: DDP 2 ranks"]  # a CPU: RSS only, per process
