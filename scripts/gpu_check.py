@@ -18,7 +18,8 @@
    and, on a GPU, `--amp fp16` (a loss that turns NaN is a failure: it did once with torch
    2.11 on an H200), and an all-reduce between processes (NCCL where there are 2 GPUs or more).
 4. The course image's CUDA flavour: the CUDA of its base image tag (docker/Dockerfile's
-   CUDA_TAG) against the CUDA of the torch this machine runs.
+   CUDA_TAG) against the CUDA of the torch this machine runs: a difference is reported, not
+   a failure (the tag itself was never pulled by the course's checks).
 5. One JSON summary, build/gpu-check/summary.json: the torch it ran on against the pinned one,
    every notebook's row, every probe's figures, and for each failure whether a torch other than
    the pinned one may explain it (an AttributeError, ImportError or TypeError from torch
@@ -77,7 +78,10 @@ def pinned_torch() -> str:
 
 
 def image_cuda_check(torch_cuda: str | None, torch_matches: bool) -> dict:
-    """docker/Dockerfile's CUDA_TAG (cuda12.8-cudnn9-runtime) against this torch's CUDA."""
+    """docker/Dockerfile's CUDA_TAG (cuda12.8-cudnn9-runtime) against this torch's CUDA:
+    passed, differs (said, never a failure: the pinned torch is built for several CUDA
+    releases, and whether pytorch/pytorch has a tag for this one is not known here) or not
+    checked."""
     text = (ROOT / "docker" / "Dockerfile").read_text()
     tag = re.search(r"^ARG CUDA_TAG=cuda(\d+\.\d+)\S*$", text, re.M)
     check = {"dockerfile_cuda": tag and tag.group(1), "torch_cuda": torch_cuda}
@@ -85,9 +89,10 @@ def image_cuda_check(torch_cuda: str | None, torch_matches: bool) -> dict:
         why = "no CUDA build of torch here" if torch_cuda is None else "not the pinned torch"
         return {**check, "status": "not checked", "why": why}
     if check["dockerfile_cuda"] != torch_cuda:
-        return {**check, "status": "failed",
-                "error": f"the image's base has CUDA {check['dockerfile_cuda']}, the pinned "
-                         f"torch here CUDA {torch_cuda}: set ARG CUDA_TAG=cuda{torch_cuda}-..."}
+        return {**check, "status": "differs",
+                "why": f"the image's base has CUDA {check['dockerfile_cuda']}, the pinned torch "
+                       f"here CUDA {torch_cuda}: to match it, set ARG CUDA_TAG=cuda{torch_cuda}-"
+                       "... if pytorch/pytorch has that tag (not verified by the course)"}
     return {**check, "status": "passed"}
 
 
@@ -645,7 +650,6 @@ def main(argv: list[str] | None = None) -> int:
         nccl = "not possible: no GPU"
     image = image_cuda_check(torch.version.cuda, matches)
     failures = [r["notebook"] for r in rows if r["status"] != "passed"]
-    failures += ["image CUDA tag"] if image["status"] == "failed" else []
     failures += [f"probe {n}" for n, r in probes.items() if r["status"] != "passed"]
     seconds = time.monotonic() - start
     summary = {
@@ -669,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     if watch.error and setup.device == "cuda":
         print(watch.error)
     print(f"image CUDA tag {image['dockerfile_cuda']} vs torch CUDA {image['torch_cuda']}: "
-          f"{image['status']} {image.get('why', image.get('error', ''))}")
+          f"{image['status']} {image.get('why', '')}")
     print(f"\n{seconds:.0f} s (budget {args.budget:.0f} s); summary: {path}")
     print("all passed" if not failures else "FAILED: " + ", ".join(failures))
     return 0 if not failures else 1
