@@ -231,6 +231,12 @@ def pytest_configure(config):
     time_table.register(config)  # make test ends with where its time went
 
 
+def pytest_collection_modifyitems(config, items):
+    """The browser's runs go first: the notebooks' own tests (test_00_*.py ..., which sort
+    before test_browser.py) then take their results instead of running them again."""
+    items.sort(key=lambda item: item.path.name != "test_browser.py")  # stable: order kept
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(SCRATCH, ignore_errors=True)
 

@@ -400,3 +400,25 @@ def test_ddp_memory_on_a_gpu_is_its_own_not_the_runs_peak(launcher, monkeypatch)
     with launcher.footprint(torch.device("cpu"), "matmul: DDP 1 rank"):
         pass
     assert list(launcher.FOOTPRINT) == ["matmul: DDP 2 ranks"]  # a CPU: RSS only, per process
+
+
+def test_the_wire_fit_gives_alpha_alone_where_the_time_does_not_grow(capsys):
+    """Issue 29 N10: NVLink at SMOKE sizes can time every message alike (barrier and
+    synchronize overhead dominate): section 0's fit then models the wire by alpha alone
+    (beta inf) and says so, where it raised. The notebook's own cell, on made-up timings."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    (source,) = [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                 if c.cell_type == "code" and "allreduce_bench.py" in c.source]
+    sizes = [4**k * 2**14 for k in range(6)]
+    for times, finite in ((lambda n: 30e-6 + n / 2e9, True),
+                          (lambda n: 40e-6 - n * 1e-15, False)):  # falls a little: slope < 0
+        metrics = {"backend": "nccl", "sizes": [{"bytes": n, "seconds": times(n)} for n in sizes]}
+        run = SimpleNamespace(metrics=metrics)
+        fake = SimpleNamespace(run_launcher=lambda *a, run=run, **k: run)
+        ns = {"coursekit": fake, "np": np, "N": 2, "SMOKE": True, "setup": None}
+        exec(source, ns)
+        assert (ns["beta"] < float("inf")) is finite
+        assert ns["alpha"] == pytest.approx(30e-6 if finite else 40e-6, rel=0.01)
+        assert ("no bandwidth term" in capsys.readouterr().out) is not finite
