@@ -163,3 +163,41 @@ def test_a_zero1_that_hangs_is_stopped_and_says_where(setup):
     assert ok is False
     assert message.startswith("at 2 ranks, it hung, stopped after 30 s"), message
     assert "rank 0: " in message and "rank 1: " in message
+
+
+def test_the_alpha_beta_cell_takes_a_flat_line_where_the_time_does_not_grow(tmp_path):
+    """Issue 29 N10: notebook 02's results, or this notebook's own brief sweep, may find no
+    bandwidth term (NVLink at SMOKE sizes: the time does not grow with the size). The cell
+    then models the wire by alpha alone (beta inf), where it raised; the communication model
+    still gives a time (the notebook's own cell, with a fake launcher and results)."""
+    import json
+    from types import SimpleNamespace
+
+    import nbformat
+    import numpy as np
+
+    from coursekit import memory
+    notebook = nbformat.read(ROOT / "notebooks" / "11_beyond_ddp_sharding.ipynb", as_version=4)
+    (source,) = [c.source for c in notebook.cells
+                 if c.cell_type == "code" and "nb02 = setup.results_dir" in c.source]
+    sizes = [4**k * 2**14 for k in range(6)]
+
+    def run(times, nb02=None):
+        if nb02 is not None:
+            (tmp_path / "02_processes_ranks_and_collectives.json").write_text(json.dumps(nb02))
+        rows = [{"bytes": n, "seconds": times(n)} for n in sizes]
+        fake = SimpleNamespace(
+            load_results=lambda stem, folder: json.loads((folder / f"{stem}.json").read_text()),
+            run_launcher=lambda *a, **k: SimpleNamespace(metrics={"sizes": rows}))
+        ns = {"coursekit": fake, "np": np, "N": 2, "setup": SimpleNamespace(results_dir=tmp_path)}
+        exec(source, ns)
+        return ns["alpha"], ns["beta"]
+
+    alpha, beta = run(lambda n: 30e-6 + n / 2e9)
+    assert alpha == pytest.approx(30e-6) and beta == pytest.approx(2e9)
+    alpha, beta = run(lambda n: 40e-6 - n * 1e-15)  # its own sweep: falls a little
+    assert alpha == pytest.approx(40e-6, rel=0.01) and beta == float("inf")
+    assert memory.comm_seconds({"all-reduce": (2**20, 3)}, alpha, beta, 2) == 3 * alpha
+    nb02 = {"nproc": 2, "alpha_us": 25.0, "beta_GBps": "none: flat times"}  # notebook 02's
+    assert run(lambda n: 0.0, nb02) == (pytest.approx(25e-6), float("inf"))
+    assert run(lambda n: 0.0, {**nb02, "beta_GBps": 3.5})[1] == pytest.approx(3.5e9)
