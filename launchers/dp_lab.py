@@ -120,6 +120,19 @@ def storages(*tensors):
     return {t.untyped_storage().data_ptr() for t in tensors}
 
 
+def exclusive_gpus(n_gpus):
+    """The visible GPUs whose compute mode admits one process (EXCLUSIVE_PROCESS, read through
+    NVML as torch.cuda.utilization reads it): a kernel that used them holds them until it
+    restarts, and ranks launched later get "busy or unavailable". [] where NVML cannot say."""
+    try:
+        import pynvml
+
+        return [d for d in range(n_gpus) if pynvml.nvmlDeviceGetComputeMode(
+            torch.cuda._get_pynvml_handler(d)) == pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS]
+    except Exception:  # no nvidia-ml-py, no driver, or another torch's helpers
+        return []
+
+
 def measure_real_dp(train_step, seconds):
     """Run ``train_step`` (a DataParallel step) for ``seconds``, sampling every GPU meanwhile:
     what nvidia-smi shows (NVML, through torch.cuda.device_memory_used / utilization) and what

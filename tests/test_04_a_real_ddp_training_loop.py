@@ -140,3 +140,29 @@ def test_killed_after_a_checkpoint_resumes_to_the_same_parameters(setup, tmp_pat
     for name in a["model"]:
         torch.testing.assert_close(b["model"][name], a["model"][name], rtol=0, atol=1e-6)
 
+
+
+def test_the_kernels_load_checkpoints_onto_the_cpu():
+    """Issue 29 N4: torch.load without map_location restores a GPU-saved tensor to the device
+    it was saved from (torch/serialization.py: default_restore_location with the saved tag,
+    'cuda:0'), opening a CUDA context in the kernel; under EXCLUSIVE_PROCESS compute mode the
+    ranks launched next would find that GPU busy. Every notebook's own cells (not the
+    launchers they write, whose ranks load onto their own device) pass map_location."""
+    import ast
+
+    import nbformat
+    from conftest import NOTEBOOKS
+
+    loads = []
+    for notebook in NOTEBOOKS:
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type != "code" or cell.source.startswith("%%"):
+                continue
+            body = "\n".join(line for line in cell.source.splitlines()
+                             if not line.lstrip().startswith(("%", "!")))  # fmt: skip
+            for node in ast.walk(ast.parse(body)):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+                    loads.append((notebook.name[:2], ast.unparse(node)))
+    assert {nb for nb, _ in loads} >= {"04", "05", "10"}
+    assert all("map_location=" in call for _, call in loads), [c for c in loads
+                                                               if "map_location=" not in c[1]]
