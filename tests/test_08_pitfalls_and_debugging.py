@@ -175,3 +175,60 @@ def test_the_facts_the_notebooks_teach_are_this_torchs():
     assert "segfault" not in both  # what DDP does under DETAIL is a claim of notebook 08's run
     debugging = markdown("08_pitfalls_and_debugging")
     assert "PYTHONUNBUFFERED=1" in debugging and "8 KiB" in debugging
+
+
+def notebook_cell(stem_prefix, text):
+    """The source of the one code cell of the notebook that holds ``text``."""
+    (source,) = [c.source for c in nbformat.read(notebook_path(stem_prefix), as_version=4).cells
+                 if c.cell_type == "code" and text in c.source]
+    return source
+
+
+def broken_run(ok, output="", checksums=(1.0, 1.0)):
+    """A finished (ok) or failed run as the notebooks' judgement reads it (a fake RunResult)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(ok=ok, output=output, name="broken",
+                           failure=lambda: "" if ok else "broken failed (exit code 1)",
+                           metrics={"ranks": [{"checksum": c} for c in checksums]})
+
+
+def judged_by(stem_prefix, backend):
+    """The notebook's own ended_broken, with the backend its tier would give its runs."""
+    from types import SimpleNamespace
+    namespace = {"setup": SimpleNamespace(backend=backend)}
+    exec(notebook_cell(stem_prefix, "def ended_broken("), namespace)
+    return namespace["ended_broken"]
+
+
+@pytest.mark.parametrize("stem_prefix", ["08", "09"])
+def test_broken_runs_are_judged_by_what_their_backend_promises(stem_prefix):
+    """Issue 29 N5: gloo's checks stay as strict (a failure with its timeout text); on NCCL,
+    which promises nothing for mismatched collectives, a failure of any kind (the watchdog's
+    abort at the timeout: 'collective operations will be aborted asynchronously and the
+    process will crash', torch/distributed/distributed_c10d.py) or a finished run whose ranks
+    ended with different parameters (a wrong result) is the pitfall reproduced."""
+    gloo, nccl = judged_by(stem_prefix, "gloo"), judged_by(stem_prefix, "nccl")
+    timed_out = "RuntimeError: [../third_party/gloo/...] Timed out waiting 5000ms for recv"
+    assert gloo(broken_run(False, timed_out)) is True
+    assert gloo(broken_run(False, "Signal 6 (SIGABRT) received")) is False  # no timeout text
+    assert gloo(broken_run(True, checksums=(1.0, 2.0))) is False
+    assert nccl(broken_run(False, "Signal 6 (SIGABRT) received")) is True  # the watchdog's
+    assert nccl(broken_run(True, checksums=(1.0, 2.0))) is True  # garbage, no error
+    assert nccl(broken_run(True, checksums=(1.0, 1.0))) is False  # a run that went right
+
+
+def test_where_the_hung_ranks_stood_is_gloos_story():
+    """With NCCL the ranks' Python does not wait inside a collective (only the barrier holds
+    the CPU): notebook 08 skips its stack-dump claim there, saying why, and keeps it on gloo."""
+    from types import SimpleNamespace
+
+    import coursekit
+    for backend, outcome in (("nccl", "skipped"), ("gloo", "held")):
+        claims = coursekit.Claims()
+        hang = SimpleNamespace(nproc=2, where_ranks_stood=lambda: {
+            0: "pitfall_hang.py:157 in main: dist.barrier()",
+            1: "pitfall_hang.py:148 in main: loss = F.cross_entropy(ddp_model(x), y)"})
+        exec(notebook_cell("08", "hang_where = hang.where_ranks_stood()"),
+             {"hang": hang, "claims": claims, "setup": SimpleNamespace(backend=backend)})
+        (made,) = claims
+        assert made.outcome == outcome and "{" not in made.text, made
