@@ -4,9 +4,9 @@
 
 Each rank reads its own shard, and the shards differ in length: rank r has
 `--batches + r` batches (think: one file per rank, no DistributedSampler to even them
-out). The rank with the fewest batches leaves the loop first; the others' next forward
-waits in DDP's broadcast of rank 0's buffers (BatchNorm's running statistics), a collective
-the finished rank never makes, until the process-group timeout.
+out). The rank with the fewest batches leaves the loop first; with gloo the others' next
+forward waits in DDP's broadcast of rank 0's buffers (BatchNorm's running statistics), a
+collective the finished rank never makes, until the process-group timeout.
 """
 
 import argparse
