@@ -4,7 +4,8 @@ A code cell tagged ``task-check`` defines a task's check as a plain function,
 ``check_<task>(candidate, ...) -> (ok, message)``: self-contained (its own imports, nothing
 from earlier cells), so the lesson's check stays in the notebook where the learner reads it,
 and the tests can run it on every planted wrong answer of the task's catalogue without
-running the notebook (tests/solutions_wrong/<catalogue>/).
+running the notebook. A catalogue, tests/solutions_wrong/<catalogue>.py, holds each planted
+mistake as edits of the reference (planted() writes them as files).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from conftest import ROOT, notebook_path
 import coursekit
 
 TAG = "task-check"
+WRONG = ROOT / "tests" / "solutions_wrong"
 
 
 def task_checks(stem_prefix: str) -> dict:
@@ -39,6 +41,44 @@ def load_module(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def edited(text: str, edits, where: str) -> str:
+    """text with each (old, new) of edits applied in turn, each old found exactly once in the
+    text so far (where names the catalogue and the mistake in the error)."""
+    for i, (old, new) in enumerate(edits):
+        found = text.count(old)
+        if found != 1:
+            raise AssertionError(f"{where}, edit {i}: its old text is found {found} times, not "
+                                 f"once: {old[:80]!r}")
+        text = text.replace(old, new)
+    return text
+
+
+def mistakes(catalogue: str) -> dict[str, str]:
+    """name -> text of every planted mistake of the catalogue (see planted)."""
+    table = load_module(WRONG / f"{catalogue}.py")
+    reference = (ROOT / table.REFERENCE).read_text(encoding="utf-8")
+    base = edited(reference, getattr(table, "SHARED", []), f"{catalogue}: SHARED")
+    return {name: edited(base, edits, f"{catalogue}: {name}")
+            for name, edits in table.MISTAKES.items()}  # fmt: skip
+
+
+def planted(catalogue: str, folder: Path) -> dict[str, Path]:
+    """Write every planted mistake of tests/solutions_wrong/<catalogue>.py as folder/<name>.py:
+    name -> its file, in the catalogue's order.
+
+    A catalogue holds REFERENCE (the file the mistakes are planted in, from the repository's
+    root), SHARED if every mistake makes the same edits first, and MISTAKES = {name: [(old,
+    new), ...]}: each mistake is the reference with SHARED's edits, then its own, in turn, each
+    old found exactly once in the text so far.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, text in mistakes(catalogue).items():
+        files[name] = folder / f"{name}.py"
+        files[name].write_text(text, encoding="utf-8")
+    return files
 
 
 def solved(results):

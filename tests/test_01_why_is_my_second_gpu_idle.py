@@ -130,22 +130,22 @@ MISTAKES = {
 }
 
 
-def test_every_planted_mistake_of_the_batch_is_named_and_the_reference_accepted():
-    from task_kit import load_module, task_checks
+def test_every_planted_mistake_of_the_batch_is_named_and_the_reference_accepted(tmp_path):
+    from task_kit import load_module, planted, task_checks
 
     check = task_checks("01")["check_largest_dp_batch"]
     reference = load_module(ROOT / "solutions" / "01_why_is_my_second_gpu_idle.py")
     ok, message = check(reference.largest_dp_batch)
     assert ok is True and message.startswith("batch 80 fits on device 0"), message
     assert check(lambda gpu_bytes, devices, params, **sizes: None)[0] is None  # the starter
-    folder = WRONG_SOLUTIONS / "largest_dp_batch"
+    files = planted("largest_dp_batch", tmp_path)
     messages = []
     for stem, named in MISTAKES.items():
-        ok, message = check(load_module(folder / f"{stem}.py").largest_dp_batch)
+        ok, message = check(load_module(files[stem]).largest_dp_batch)
         assert ok is False and named in message, (stem, message)
         messages.append(message)
     assert len(set(messages)) == len(messages), "two mistakes got the same message"
-    assert sorted(p.stem for p in folder.glob("*.py")) == sorted(MISTAKES)
+    assert sorted(files) == sorted(MISTAKES)
     # and the answer is not next door: the module the notebook imports holds no batch search
     assert "def largest" not in (ROOT / "launchers" / "dp_lab.py").read_text()
 

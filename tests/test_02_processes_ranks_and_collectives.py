@@ -8,14 +8,14 @@ import nbformat
 import numpy as np
 import pytest
 from conftest import ROOT, claim_with, comparison_starting, execute_notebook, notebook_path
-from task_kit import task_checks
+from task_kit import planted, task_checks
 
 import coursekit
 
 EXERCISE = ROOT / "launchers" / "ring_allreduce.py"
 SOLUTION = ROOT / "solutions" / "ring_allreduce.py"
 WRONG = ROOT / "tests" / "solutions_wrong"
-# the ring catalogue: planted mistake (tests/solutions_wrong/ring_allreduce/) -> words of the
+# the ring catalogue: planted mistake (tests/solutions_wrong/ring_allreduce.py) -> words of the
 # message that names it, as the check says it at 3 ranks
 NAMED = {
     "forgets_the_all_gather": "only 2 exchanges at p = 3 ranks, the reduce-scatter's",
@@ -34,28 +34,29 @@ def top_level(path, without):
     return [ast.dump(node) for node in body if getattr(node, "name", None) not in without]
 
 
-def test_reference_and_planted_rings_use_the_exercise_own_check():
+def test_reference_and_planted_rings_use_the_exercise_own_check(tmp_path):
     """Only ring_all_reduce differs: no ring can pass, or fail, by checking differently."""
-    rings = [SOLUTION, *sorted((WRONG / "ring_allreduce").glob("*.py"))]
+    rings = [SOLUTION, *planted("ring_allreduce", tmp_path).values()]
     assert {p.stem for p in rings[1:]} == set(NAMED) and len(NAMED) >= 5
     for path in rings:
         assert top_level(path, {"ring_all_reduce"}) == top_level(EXERCISE, {"ring_all_reduce"})
 
 
 @pytest.mark.slow
-def test_the_ring_catalogue_in_one_launch(setup, monkeypatch):
+def test_the_ring_catalogue_in_one_launch(setup, monkeypatch, tmp_path):
     """The notebook's own check on every planted ring at once (3 ranks: world sizes 1 to 3):
     each rejected with the mistake it names, a distinct message each; the reference (picked
     as the notebook picks it) accepted; the starter as given "not tried"."""
     check_ring = task_checks("02")["check_ring"]
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
     reference = coursekit.answer_file("unused.py", "ring_allreduce.py")
-    rings = [WRONG / "ring_allreduce" / f"{name}.py" for name in NAMED] + [reference, EXERCISE]
+    files = planted("ring_allreduce", tmp_path / "planted")
+    rings = [files[name] for name in NAMED] + [reference, EXERCISE]
     outcomes = check_ring([str(r) for r in rings], setup, nproc=3, checker=SOLUTION)
-    *planted, (ref_ok, _), (starter_ok, starter_why) = outcomes
-    for (name, words), (ok, message) in zip(NAMED.items(), planted, strict=True):
+    *rejected, (ref_ok, _), (starter_ok, starter_why) = outcomes
+    for (name, words), (ok, message) in zip(NAMED.items(), rejected, strict=True):
         assert ok is False and words in message, (name, message)
-    assert len({message for _, message in planted}) == len(NAMED)
+    assert len({message for _, message in rejected}) == len(NAMED)
     assert ref_ok is True
     assert starter_ok is None and "write the two phases" in starter_why
 
@@ -133,7 +134,7 @@ def test_notebook_with_wrong_answers_still_runs(tmp_path, monkeypatch):
     """A wrong ring and wrong predictions through the whole notebook, at 2 ranks (3 live)."""
     folder = tmp_path / "wrong"
     folder.mkdir()
-    ring = WRONG / "ring_allreduce" / "forgets_the_all_gather.py"
+    ring = planted("ring_allreduce", tmp_path / "planted")["forgets_the_all_gather"]
     shutil.copy(ring, folder / "ring_allreduce.py")
     shutil.copy(WRONG / "nb02" / "02_processes_ranks_and_collectives.py", folder)
     monkeypatch.setenv("COURSE_SOLUTIONS", str(folder))

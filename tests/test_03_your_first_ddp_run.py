@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import execute_notebook
-from task_kit import load_module, task_checks
+from task_kit import load_module, planted, task_checks
 
 WRONG = Path(__file__).parent / "solutions_wrong"
 SOLUTIONS = Path(__file__).parent.parent / "solutions"
@@ -55,12 +55,12 @@ def test_first_ddp_run(nproc, tmp_path, monkeypatch):
         ("equal_after_wrap", "predict", outcome), ("broadcast_from_rank0", "write", outcome)]
 
 
-def test_every_planted_mistake_is_named_and_the_reference_accepted():
+def test_every_planted_mistake_is_named_and_the_reference_accepted(tmp_path):
     """One launch of 3 ranks for the whole catalogue (each candidate in a process group of its
     own); the starter is "not tried" without a launch."""
     check = task_checks("03")["check_broadcast_from_rank0"]
-    folder = WRONG / "broadcast_from_rank0"
-    candidates = {stem: load_module(folder / f"{stem}.py").broadcast_from_rank0
+    files = planted("broadcast_from_rank0", tmp_path)
+    candidates = {stem: load_module(files[stem]).broadcast_from_rank0
                   for stem in MISTAKES}  # fmt: skip
     reference = load_module(SOLUTIONS / "03_your_first_ddp_run.py")
     candidates["reference"] = reference.broadcast_from_rank0
@@ -77,4 +77,4 @@ def test_every_planted_mistake_is_named_and_the_reference_accepted():
         assert ok is False and named in message, (stem, message)
     messages = [verdicts[stem][1] for stem in MISTAKES]
     assert len(set(messages)) == len(messages), "two mistakes got the same message"
-    assert sorted(p.stem for p in folder.glob("*.py")) == sorted(MISTAKES)
+    assert sorted(files) == sorted(MISTAKES)

@@ -6,7 +6,7 @@ CPU kernel (test_the_proof_holds_with_every_cpu_kernel), as before the split."""
 import pytest
 import torch
 from conftest import ROOT, claim_with, execute_notebook
-from task_kit import load_module, task_checks
+from task_kit import load_module, planted, task_checks
 
 import coursekit
 
@@ -58,7 +58,7 @@ def test_training_loop_notebook(nproc, tmp_path, monkeypatch):
         ("sampler_shares", "predict", outcome), ("save_checkpoint", "write", outcome)]
 
 
-def test_every_planted_mistake_of_the_save_is_named_and_the_reference_accepted():
+def test_every_planted_mistake_of_the_save_is_named_and_the_reference_accepted(tmp_path):
     """The check runs in the test's own process (no launch): each candidate saves beside a
     previous checkpoint, to the end, cut off halfway, and as rank 1."""
     check = task_checks("04")["check_save_checkpoint"]
@@ -70,13 +70,14 @@ def test_every_planted_mistake_of_the_save_is_named_and_the_reference_accepted()
         raise NotImplementedError
 
     assert check(starter)[0] is None
+    files = planted("save_checkpoint", tmp_path / "planted")
     messages = []
     for stem, named in MISTAKES.items():
-        ok, message = check(load_module(WRONG / "save_checkpoint" / f"{stem}.py").save_checkpoint)
+        ok, message = check(load_module(files[stem]).save_checkpoint)
         assert ok is False and named in message, (stem, message)
         messages.append(message)
     assert len(set(messages)) == len(messages), "two mistakes got the same message"
-    assert sorted(p.stem for p in (WRONG / "save_checkpoint").glob("*.py")) == sorted(MISTAKES)
+    assert sorted(files) == sorted(MISTAKES)
 
 
 @pytest.mark.slow

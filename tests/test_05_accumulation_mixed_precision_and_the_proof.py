@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT, comparison_starting, execute_notebook
-from task_kit import load_module, task_checks
+from task_kit import load_module, planted, task_checks
 
 STEP6 = ROOT / "launchers" / "train_step6_amp_compile.py"
 STEM = "05_accumulation_mixed_precision_and_the_proof"
@@ -83,12 +83,12 @@ def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
 
 
-def test_the_accumulation_check_names_every_planted_mistake():
+def test_the_accumulation_check_names_every_planted_mistake(tmp_path):
     """The notebook's own check, in this process (a 1-rank gloo group each), on every file of
     the catalogue: each rejected with the mistake it plants, each message its own; the
     reference accepted, the learner's untouched starter not tried."""
     check = task_checks("05")["check_accumulation_step"]
-    files = sorted((WRONG / "accumulation_step").glob("*.py"))
+    files = sorted(planted("accumulation_step", tmp_path).values())
     assert {f.stem for f in files} == set(CATALOGUE)
     messages = {}
     for path in files:

@@ -1,7 +1,7 @@
 """Notebook 07: DDP built by hand in three steps, each checked against torch's DDP, then raced.
 
 The check (the notebook's task-check cell, check_ddp_wrappers) runs on a catalogue of planted
-wrong answers per task (tests/solutions_wrong/<task>/), all in one launch, each rejected with
+wrong answers per task (tests/solutions_wrong/<task>.py), all in one launch, each rejected with
 the mistake it names; a hang in a launch of its own, stopped and located."""
 
 import importlib.util
@@ -9,13 +9,12 @@ import shutil
 
 import pytest
 from conftest import ROOT, comparison_starting, execute_notebook
-from task_kit import task_checks
+from task_kit import planted, task_checks
 
 import coursekit
 
 CHECKER = ROOT / "launchers" / "check_my_ddp.py"
 SOLUTIONS = ROOT / "solutions"
-WRONG = ROOT / "tests" / "solutions_wrong"
 REFERENCES = [f"{SOLUTIONS / 'ddp_naive.py'}:NaiveDDP",
               f"{SOLUTIONS / 'ddp_overlapped.py'}:OverlappedDDP:overlap",
               f"{SOLUTIONS / 'ddp_bucketed.py'}:BucketedDDP:overlap"]  # fmt: skip
@@ -92,7 +91,7 @@ def test_the_reference_solutions_train_as_ddp_does(nproc, setup):
 
 
 @pytest.mark.slow
-def test_the_catalogue_of_wrong_wrappers_in_one_launch(setup, monkeypatch, capsys):
+def test_the_catalogue_of_wrong_wrappers_in_one_launch(setup, monkeypatch, capsys, tmp_path):
     """Every planted mistake (but the hang) rejected with the mistake it names, a distinct
     message each; the references (picked as the notebook picks them) accepted; the starters
     as given are "not tried", and their NotImplementedError is printed once, not per case."""
@@ -100,11 +99,11 @@ def test_the_catalogue_of_wrong_wrappers_in_one_launch(setup, monkeypatch, capsy
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
     specs, expected = [], []
     for task, (reference, cls, starter) in TASKS.items():
-        planted = {p.stem for p in (WRONG / task).glob("*.py")}
-        assert planted == set(NAMED[task]), f"{task}: the catalogue and its messages differ"
-        assert len(planted) >= 5
-        for name in sorted(planted - HANGS):
-            specs.append(f"{WRONG / task / name}.py:{cls}")
+        files = planted(task, tmp_path / "planted" / task)
+        assert set(files) == set(NAMED[task]), f"{task}: the catalogue and its messages differ"
+        assert len(files) >= 5
+        for name in sorted(set(files) - HANGS):
+            specs.append(f"{files[name]}:{cls}")
             expected.append((task, name, NAMED[task][name]))
         specs.append(f"{coursekit.answer_file('unused.py', reference)}:{cls}")
         expected.append((task, "reference", None))
@@ -127,11 +126,11 @@ def test_the_catalogue_of_wrong_wrappers_in_one_launch(setup, monkeypatch, capsy
 
 
 @pytest.mark.slow
-def test_a_hang_is_stopped_and_located(setup):
+def test_a_hang_is_stopped_and_located(setup, tmp_path):
     """A wrapper whose ranks call different collectives hangs: the check stops it at its
     timeout (60 s in the notebook, 45 here) and names each rank's place."""
     check_ddp_wrappers = task_checks("07")["check_ddp_wrappers"]
-    spec = f"{WRONG / 'naive_ddp' / 'only_others_receive.py'}:NaiveDDP"
+    spec = f"{planted('naive_ddp', tmp_path / 'planted')['only_others_receive']}:NaiveDDP"
     [(ok, message)] = check_ddp_wrappers([spec], setup, timeout_s=45, checker=CHECKER)
     assert ok is False and message.startswith("it hung and was stopped after 45 s")
     assert "rank 1 at your line 16: dist.broadcast(tensor.detach(), src=0)" in message
@@ -179,7 +178,7 @@ def test_notebook_with_wrong_wrappers(tmp_path, monkeypatch):
     folder.mkdir()
     for task, mistake in [("naive_ddp", "no_divide"), ("overlapped_ddp", "wait_in_hook"),
                           ("bucketed_ddp", "one_bucket")]:  # fmt: skip
-        shutil.copy(WRONG / task / f"{mistake}.py", folder / TASKS[task][0])
+        shutil.copy(planted(task, tmp_path / "planted" / task)[mistake], folder / TASKS[task][0])
     monkeypatch.setenv("COURSE_SOLUTIONS", str(folder))
     r = execute_notebook("07", tmp_path)
     assert r["world_size"] == 2 and r["backend"] == "gloo"

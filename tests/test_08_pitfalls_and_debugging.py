@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import ROOT, execute_notebook, notebook_path, processes_with
-from task_kit import facts_of_each, load_module, solved, task_checks
+from task_kit import facts_of_each, load_module, planted, solved, task_checks
 
 PITFALLS = ["hang", "desync"]
 STEM = "08_pitfalls_and_debugging"
@@ -83,7 +83,7 @@ def test_the_logging_fix_check_names_every_planted_mistake(setup, tmp_path):
     mistake it plants (a hang names where each rank waited), each message its own; the
     reference accepted."""
     check = task_checks("08")["check_logging_fix"]
-    files = sorted((WRONG / "logging_fix").glob("*.py"))
+    files = sorted(planted("logging_fix", tmp_path / "planted").values())
     assert {f.stem for f in files} == set(CATALOGUE)
     reference = ROOT / "solutions" / "pitfall_logging.py"
     facts = facts_of_each([reference, *files], setup, tmp_path)

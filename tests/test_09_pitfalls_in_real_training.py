@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import ROOT, execute_notebook, notebook_path, processes_with
-from task_kit import facts_of_each, load_module, solved, task_checks
+from task_kit import facts_of_each, load_module, planted, solved, task_checks
 
 import coursekit
 
@@ -104,7 +104,7 @@ def test_the_exercise_check_names_every_planted_mistake(setup, tmp_path):
     turn: each rejected with the mistake it plants, each message its own; the reference
     accepted."""
     check = task_checks("09")["check_pitfalls_exercise"]
-    files = sorted((WRONG / "pitfalls_exercise").glob("*.py"))
+    files = sorted(planted("pitfalls_exercise", tmp_path / "planted").values())
     assert {f.stem for f in files} == set(CATALOGUE)
     shipped = ROOT / "launchers" / "pitfalls_exercise.py"
     reference = ROOT / "solutions" / "pitfalls_exercise.py"

@@ -10,12 +10,11 @@ import shutil
 import pytest
 import torch
 from conftest import ROOT, execute_notebook
-from task_kit import task_checks
+from task_kit import planted, task_checks
 
 import coursekit
 
-WRONG = ROOT / "tests" / "solutions_wrong"
-# the catalogue of planted mistakes in ZeRO-1 (tests/solutions_wrong/zero1/): what each is
+# the catalogue of planted mistakes in ZeRO-1 (tests/solutions_wrong/zero1.py): what each is
 # rejected for, in the words of its NOT YET message
 ZERO1_MISTAKES = {
     "steps_everything": "every rank stepped all 10 parameters",
@@ -127,7 +126,7 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
     2 ranks (the browser's run is at 3)."""
     wrong = tmp_path / "wrong"
     wrong.mkdir()
-    shutil.copy(WRONG / "zero1" / "no_broadcast.py", wrong / "zero1.py")
+    shutil.copy(planted("zero1", tmp_path / "planted")["no_broadcast"], wrong / "zero1.py")
     (wrong / "11_beyond_ddp_sharding.py").write_text("gpus_for_20b = 4  # 320 GB / 80 GiB\n")
     monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
     r = execute_notebook("11", tmp_path, NPROC=2)
@@ -137,13 +136,14 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_every_planted_zero1_mistake_is_rejected_with_its_name(setup):
+def test_every_planted_zero1_mistake_is_rejected_with_its_name(setup, tmp_path):
     """The notebook's own check (its task-check cell) on the reference, the untouched starter
     and every planted mistake: one launch at 2 ranks and one at 3 for all of them."""
     check = task_checks("11")["check_zero1"]
+    zero1 = planted("zero1", tmp_path / "planted")
     files = [ROOT / "solutions" / "zero1.py", ROOT / "launchers" / "my_zero1.py",
-             *(WRONG / "zero1" / f"{name}.py" for name in ZERO1_MISTAKES)]
-    assert sorted(p.stem for p in (WRONG / "zero1").glob("*.py")) == sorted(ZERO1_MISTAKES)
+             *(zero1[name] for name in ZERO1_MISTAKES)]
+    assert sorted(zero1) == sorted(ZERO1_MISTAKES)
     (ok, message), (starter, _), *rejected = check(files, setup)
     assert ok is True, message
     assert "38%, 38%, 23%" in message  # AdamW's state per rank at 3 ranks: ZeRO's own split
@@ -155,11 +155,11 @@ def test_every_planted_zero1_mistake_is_rejected_with_its_name(setup):
 
 
 @pytest.mark.slow
-def test_a_zero1_that_hangs_is_stopped_and_says_where(setup):
+def test_a_zero1_that_hangs_is_stopped_and_says_where(setup, tmp_path):
     """Each rank broadcasting only its own share: the ranks' collectives differ and it hangs;
     the check stops it at its timeout and names the line each rank stood at."""
-    ok, message = task_checks("11")["check_zero1"](WRONG / "zero1_hang" / "zero1.py", setup,
-                                                   nprocs=(2,), timeout_s=30)
+    hangs = planted("zero1_hang", tmp_path / "planted")["zero1"]
+    ok, message = task_checks("11")["check_zero1"](hangs, setup, nprocs=(2,), timeout_s=30)
     assert ok is False
     assert message.startswith("at 2 ranks, it hung, stopped after 30 s"), message
     assert "rank 0: " in message and "rank 1: " in message

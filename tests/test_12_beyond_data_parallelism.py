@@ -10,14 +10,13 @@ import shutil
 import pytest
 import torch
 from conftest import ROOT, execute_notebook
-from task_kit import task_checks
+from task_kit import planted, task_checks
 
 import coursekit
 from coursekit import memory
 
 LAUNCHERS = ROOT / "launchers"
-WRONG = ROOT / "tests" / "solutions_wrong"
-# the catalogue of planted mistakes in the MLP split (tests/solutions_wrong/megatron_mlp/): what
+# the catalogue of planted mistakes in the MLP split (tests/solutions_wrong/megatron_mlp.py): what
 # each is rejected for, in the words of its NOT YET message (at 2 ranks)
 MLP_MISTAKES = {
     "g_reduces_in_backward": "backward ran 2 all-reduces, 1 expected: g's backward",
@@ -84,7 +83,8 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
     NOT YET, and the notebook runs to its end, at 3 ranks (the browser's run is at 2)."""
     wrong = tmp_path / "wrong"
     wrong.mkdir()
-    shutil.copy(WRONG / "megatron_mlp" / "g_reduces_in_backward.py", wrong / "megatron_mlp.py")
+    mistake = planted("megatron_mlp", tmp_path / "planted")["g_reduces_in_backward"]
+    shutil.copy(mistake, wrong / "megatron_mlp.py")
     (wrong / "12_beyond_data_parallelism.py").write_text(
         "bubble_m = 5  # not among the runs: judged at 2N\n\n\n"
         "def bubble(p, m):\n    return 0.0  # 1F1B keeps every stage busy\n")
@@ -97,13 +97,14 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_every_planted_mlp_mistake_is_rejected_with_its_name(setup):
+def test_every_planted_mlp_mistake_is_rejected_with_its_name(setup, tmp_path):
     """The notebook's own check (its task-check cell) on the reference, the untouched starter
     and every planted mistake, all in one launch at 2 ranks."""
     check = task_checks("12")["check_megatron_mlp"]
+    mlp = planted("megatron_mlp", tmp_path / "planted")
     files = [ROOT / "solutions" / "megatron_mlp.py", LAUNCHERS / "my_megatron_mlp.py",
-             *(WRONG / "megatron_mlp" / f"{name}.py" for name in MLP_MISTAKES)]
-    assert sorted(p.stem for p in (WRONG / "megatron_mlp").glob("*.py")) == sorted(MLP_MISTAKES)
+             *(mlp[name] for name in MLP_MISTAKES)]
+    assert sorted(mlp) == sorted(MLP_MISTAKES)
     (ok, message), (starter, _), *rejected = check(files, setup, nproc=2)
     assert ok is True, message
     assert starter is None  # not tried: it raises NotImplementedError
@@ -114,10 +115,10 @@ def test_every_planted_mlp_mistake_is_rejected_with_its_name(setup):
 
 
 @pytest.mark.slow
-def test_an_mlp_split_that_hangs_is_stopped_and_says_where(setup):
+def test_an_mlp_split_that_hangs_is_stopped_and_says_where(setup, tmp_path):
     """g's all-reduce on rank 0 only: the ranks' collectives differ and it hangs; the check
     stops it at its timeout and names the line each rank stood at."""
-    hangs = WRONG / "megatron_mlp_hang" / "megatron_mlp.py"
+    hangs = planted("megatron_mlp_hang", tmp_path / "planted")["megatron_mlp"]
     ok, message = task_checks("12")["check_megatron_mlp"](hangs, setup, nproc=2, timeout_s=30)
     assert ok is False
     assert message.startswith("it hung, stopped after 30 s"), message
