@@ -4,7 +4,7 @@ A code cell tagged ``task-check`` defines a task's check as a plain function,
 ``check_<task>(candidate, ...) -> (ok, message)``: self-contained (its own imports, nothing
 from earlier cells), so the lesson's check stays in the notebook where the learner reads it,
 and the tests can run it on every planted wrong answer of the task's catalogue without
-running the notebook. A catalogue, tests/solutions_wrong/<catalogue>.py, holds each planted
+running the notebook. A catalogue, tests/planted/<catalogue>.py, holds each planted
 mistake as edits of the reference (planted() writes them as files).
 """
 
@@ -21,7 +21,7 @@ from conftest import ROOT, notebook_path
 import coursekit
 
 TAG = "task-check"
-WRONG = ROOT / "tests" / "solutions_wrong"
+PLANTED = ROOT / "tests" / "planted"  # the catalogues of planted mistakes
 
 
 def task_checks(stem_prefix: str) -> dict:
@@ -57,7 +57,7 @@ def edited(text: str, edits, where: str) -> str:
 
 def mistakes(catalogue: str) -> dict[str, str]:
     """name -> text of every planted mistake of the catalogue (see planted)."""
-    table = load_module(WRONG / f"{catalogue}.py")
+    table = load_module(PLANTED / f"{catalogue}.py")
     reference = (ROOT / table.REFERENCE).read_text(encoding="utf-8")
     base = edited(reference, getattr(table, "SHARED", []), f"{catalogue}: SHARED")
     return {name: edited(base, edits, f"{catalogue}: {name}")
@@ -65,7 +65,7 @@ def mistakes(catalogue: str) -> dict[str, str]:
 
 
 def planted(catalogue: str, folder: Path) -> dict[str, Path]:
-    """Write every planted mistake of tests/solutions_wrong/<catalogue>.py as folder/<name>.py:
+    """Write every planted mistake of tests/planted/<catalogue>.py as folder/<name>.py:
     name -> its file, in the catalogue's order.
 
     A catalogue holds REFERENCE (the file the mistakes are planted in, from the repository's

@@ -15,7 +15,7 @@ import coursekit
 EXERCISE = ROOT / "launchers" / "ring_allreduce.py"
 SOLUTION = ROOT / "solutions" / "ring_allreduce.py"
 WRONG = ROOT / "tests" / "solutions_wrong"
-# the ring catalogue: planted mistake (tests/solutions_wrong/ring_allreduce.py) -> words of the
+# the ring catalogue: planted mistake (tests/planted/ring_allreduce.py) -> words of the
 # message that names it, as the check says it at 3 ranks
 NAMED = {
     "forgets_the_all_gather": "only 2 exchanges at p = 3 ranks, the reduce-scatter's",

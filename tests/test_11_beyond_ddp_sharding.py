@@ -14,7 +14,7 @@ from task_kit import planted, task_checks
 
 import coursekit
 
-# the catalogue of planted mistakes in ZeRO-1 (tests/solutions_wrong/zero1.py): what each is
+# the catalogue of planted mistakes in ZeRO-1 (tests/planted/zero1.py): what each is
 # rejected for, in the words of its NOT YET message
 ZERO1_MISTAKES = {
     "steps_everything": "every rank stepped all 10 parameters",

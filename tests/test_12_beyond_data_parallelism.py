@@ -16,7 +16,7 @@ import coursekit
 from coursekit import memory
 
 LAUNCHERS = ROOT / "launchers"
-# the catalogue of planted mistakes in the MLP split (tests/solutions_wrong/megatron_mlp.py): what
+# the catalogue of planted mistakes in the MLP split (tests/planted/megatron_mlp.py): what
 # each is rejected for, in the words of its NOT YET message (at 2 ranks)
 MLP_MISTAKES = {
     "g_reduces_in_backward": "backward ran 2 all-reduces, 1 expected: g's backward",

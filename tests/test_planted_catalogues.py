@@ -1,4 +1,4 @@
-"""The catalogues of planted mistakes (tests/solutions_wrong/<catalogue>.py): every mistake is
+"""The catalogues of planted mistakes (tests/planted/<catalogue>.py): every mistake is
 its reference edited, each edit's old text found exactly once, and each changes the code, not
 only the docstring. No launch: the notebooks' tests run the checks on them."""
 
@@ -6,9 +6,9 @@ import ast
 
 import pytest
 from conftest import ROOT
-from task_kit import WRONG, edited, load_module, mistakes, planted
+from task_kit import PLANTED, edited, load_module, mistakes, planted
 
-CATALOGUES = sorted(p.stem for p in WRONG.glob("*.py") if "\nMISTAKES = {" in p.read_text())
+CATALOGUES = sorted(p.stem for p in PLANTED.glob("*.py") if "\nMISTAKES = {" in p.read_text())
 
 
 def code(text):
@@ -18,12 +18,13 @@ def code(text):
 
 def test_the_catalogues_are_found_and_replace_the_copies():
     assert len(CATALOGUES) == 14, CATALOGUES  # 12 tasks' catalogues and 2 hangs
-    assert not [p for p in WRONG.iterdir() if p.is_dir() and p.name in CATALOGUES]
+    # nothing of the same name among the wrong answers a notebook's answer_file may read
+    assert not [p for p in (PLANTED.parent / "solutions_wrong").iterdir() if p.stem in CATALOGUES]
 
 
 @pytest.mark.parametrize("catalogue", CATALOGUES)
 def test_every_mistake_is_its_reference_edited(catalogue, tmp_path):
-    table = load_module(WRONG / f"{catalogue}.py")
+    table = load_module(PLANTED / f"{catalogue}.py")
     reference = (ROOT / table.REFERENCE).read_text(encoding="utf-8")
     base = edited(reference, getattr(table, "SHARED", []), catalogue)  # as planted()
     texts = mistakes(catalogue)  # asserts: each old found exactly once, in turn
@@ -41,6 +42,6 @@ def test_an_old_text_not_found_once_is_named(tmp_path, monkeypatch):
 
     (tmp_path / "demo.py").write_text('REFERENCE = "solutions/zero1.py"\n'
                                       'MISTAKES = {"twice": [("\\n", "")]}\n')  # fmt: skip
-    monkeypatch.setattr(task_kit, "WRONG", tmp_path)
+    monkeypatch.setattr(task_kit, "PLANTED", tmp_path)
     with pytest.raises(AssertionError, match=r"demo: twice, edit 0: .* found \d+ times, not once"):
         mistakes("demo")

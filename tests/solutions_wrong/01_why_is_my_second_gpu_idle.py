@@ -1,7 +1,7 @@
 """Deliberately wrong answers to notebook 01's tasks: device 0's memory predicted to grow with
 the replicas (it stays: nothing it holds is divided by K), and the batch computed as if
 DataParallel split the memory evenly over the devices, as DDP would
-(tests/solutions_wrong/largest_dp_batch/split_evenly_like_ddp.py), which overestimates it."""
+(tests/planted/largest_dp_batch.py, split_evenly_like_ddp), which overestimates it."""
 
 from coursekit import memory
 

@@ -1,5 +1,5 @@
 """Wrong answers for notebook 03: the ranks' own seeds survive the wrap (they do not), and a
-broadcast that forgets the buffers (tests/solutions_wrong/broadcast_from_rank0/no_buffers.py)."""
+broadcast that forgets the buffers (tests/planted/broadcast_from_rank0.py, no_buffers)."""
 
 import torch.distributed as dist
 

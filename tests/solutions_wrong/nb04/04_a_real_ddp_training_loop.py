@@ -1,5 +1,5 @@
 """Wrong answers for notebook 04: the sampler's padding missed (rank 3 one index short), and a
-save that writes the checkpoint's own path (tests/solutions_wrong/save_checkpoint/)."""
+save that writes the checkpoint's own path (tests/planted/save_checkpoint.py)."""
 
 import torch
 
