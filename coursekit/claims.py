@@ -234,13 +234,22 @@ class Claims(list):
         return self._keep(claim(text, SPREAD_HELD, otherwise, SPREAD_TIE, tie,
                                 **measured, **figures))  # fmt: skip
 
-    def skip(self, text: str, why: str) -> Claim:
+    def skip(self, text: str, why: str, **shown) -> Claim:
         """A claim whose run could not happen here: ``text`` says what the lesson would have
-        claimed, ``why`` what was not run and why. No figures: nothing was measured."""
+        claimed, ``why`` what was not run and why. No figures: nothing was measured.
+
+        ``text`` may be the template the run would have checked, so that docs/claims.md lists
+        one sentence for both: ``shown`` fills the fields known without the run (``nodes=2``),
+        the others read "…"."""
         if not why:
             raise ValueError(f"skip({text!r}): say why= it could not be run here")
-        return self._keep(Claim(text, "", False, {}, outcome=SKIPPED, why_skipped=why,
-                                template=text))
+
+        def fill(field: re.Match) -> str:
+            name = re.split(r"[:!.\[]", field.group(1), maxsplit=1)[0]
+            return field.group(0).format(**shown) if name in shown else "…"
+
+        return self._keep(Claim(re.sub(r"\{([^{}]*)\}", fill, text), "", False, {},
+                                outcome=SKIPPED, why_skipped=why, template=text))
 
     def summary(self) -> dict:
         """How many claims came out each way."""

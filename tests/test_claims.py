@@ -79,6 +79,18 @@ def test_a_skipped_claim_is_not_false_and_has_no_figures():
     assert claims.summary() == {"held": 0, "not held": 0, "no difference": 0, "skipped": 1}
 
 
+def test_a_skipped_claim_keeps_the_template_its_run_would_have_checked():
+    """docs/claims.md lists one sentence whether the run happened or not; the learner reads the
+    fields known without the run, the others as …"""
+    template = "Slurm ran on {nodes} nodes x {per_node} rank(s): {state}, world size {world:d}"
+    c = coursekit.Claims().skip(template, why="no Slurm here", nodes=2, per_node=2)
+    assert c.template == template and c.figures == {}
+    assert c.text == "Slurm ran on 2 nodes x 2 rank(s): …, world size …"
+    made = coursekit.Claims().check(template, "world == 4", nodes=2, per_node=2, state="COMPLETED",
+                                    world=4, otherwise="no")
+    assert made.template == c.template
+
+
 def test_conditions_compare_figures_with_numbers_and_with_each_other():
     figures = {"a": 2.0, "b": 3, "ok": True}
     assert coursekit.evaluate("a < b and b <= 3 and ok == True", figures) is True
