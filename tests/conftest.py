@@ -1,3 +1,4 @@
+import functools
 import hashlib
 import json
 import os
@@ -20,9 +21,10 @@ import time_table  # noqa: E402
 
 import coursekit  # noqa: E402
 from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
+from coursekit.claims import documented_templates  # noqa: E402
 from coursekit.course import COURSE  # noqa: E402
 from coursekit.echo import HEADLESS_ENV  # noqa: E402
-from coursekit.verify import execute, start_kernel, stop_kernel  # noqa: E402
+from coursekit.verify import CLAIMS_DOC, execute, start_kernel, stop_kernel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -186,7 +188,7 @@ def comparison_starting(results, prefix):
 def assert_claims_contract(results: dict) -> None:
     """Every notebook states measured outcomes only as claims: each one's outcome follows from
     its own recorded figures, and each outcome has its sentence (a skipped claim: why, and no
-    figures, since nothing was measured)."""
+    figures, since nothing was measured), and docs/claims.md lists each one's sentence."""
     claims = results["claims"]
     assert claims, f"{results['notebook']}: its results file carries no claims"
     for c in claims:
@@ -200,6 +202,18 @@ def assert_claims_contract(results: dict) -> None:
         assert coursekit.outcome_of(c) == c["outcome"], (
             f"{name} is recorded as {c['outcome']}, but its figures say otherwise: {c['figures']}")
         assert c["held"] is (c["outcome"] == "held"), f"{name}: held and outcome disagree"
+    listed = documented_claims().get(results["notebook"], set())
+    missing = sorted({c.get("template") or c["text"] for c in claims} - listed)
+    assert not missing, (
+        f"{results['notebook']}: claims that {CLAIMS_DOC.relative_to(ROOT)} does not list (a whole "
+        f"`make verify` at full size rewrites it; commit what it wrote): {missing}")
+
+
+@functools.cache
+def documented_claims() -> dict[str, set[str]]:
+    """Notebook -> the claim sentences docs/claims.md lists: the course's audit of what it
+    asserts, which every run's claims must be in (it is current with the notebooks)."""
+    return documented_templates(CLAIMS_DOC.read_text())
 
 
 def processes_with(token: str) -> list[psutil.Process]:

@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ROOT
+from conftest import NOTEBOOKS, ROOT
 from time_table import part_of
 
 CI_TIMES = ROOT / "scripts" / "ci_times.py"
@@ -73,3 +73,17 @@ def test_the_readme_shows_the_last_fresh_clone_figures_as_recorded():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme.py"), "--check"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_last_fresh_clone_record_times_every_notebook():
+    """The class budgets and docs/instructors.md's table read each notebook's full-size verify
+    seconds from the record: a notebook without them would get a budget with no running time."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from ci_times import LAST_FRESH_CLONE, verify_seconds
+
+    timed = verify_seconds()
+    untimed = [nb.stem for nb in NOTEBOOKS if nb.name[:2] not in timed]
+    assert not untimed, (
+        f"{LAST_FRESH_CLONE.relative_to(ROOT)} has no passed full-size verify of {untimed}: run "
+        ".ci/run from a fresh clone on an idle machine, copy its build/ci-times.json there and "
+        "run scripts/readme.py")
