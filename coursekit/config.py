@@ -122,6 +122,15 @@ def enter_notebooks_dir(results_dir: str | os.PathLike) -> tuple[Path, str]:
                                f"from notebooks/, so it now works in {NOTEBOOKS_DIR}")
 
 
+def share_launcher_modules() -> None:
+    """Make the course's launchers/ folder importable in the kernel (``from common import
+    memory``), as torchrun makes it for every launcher it starts: the notebooks and the
+    launchers import the same modules beside the launchers, never lesson code from coursekit."""
+    launchers = Path("../launchers").resolve()
+    if launchers.is_dir() and str(launchers) not in sys.path:
+        sys.path.append(str(launchers))
+
+
 def configure(
     DEVICE: str = "auto",  # noqa: N803 - the notebooks' parameter names, verbatim
     NPROC: int | None = None,  # noqa: N803
@@ -162,6 +171,7 @@ def configure(
         device, tier, nproc = "cpu", "cpu", min_nproc
 
     results_dir, moved = enter_notebooks_dir(RESULTS_DIR)
+    share_launcher_modules()
     if moved and not quiet:
         print(f"note     {moved}")
     setup = Setup(

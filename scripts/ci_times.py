@@ -33,6 +33,7 @@ BEGIN, END = "<!-- ci-times: begin (scripts/readme.py) -->", "<!-- ci-times: end
 NB_BEGIN = "<!-- verify-times: begin (scripts/readme.py) -->"
 NB_END = "<!-- verify-times: end -->"
 CI_LIMIT_S = 5400  # CI's 90 minutes for one .ci/run
+SLOWEST_KEPT = 30  # of make test's slowest tests, the record keeps these
 
 
 def cpu_model() -> str:
@@ -46,13 +47,14 @@ def cpu_model() -> str:
 def record(setup_s: float, test_s: float, verify_s: float) -> dict:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()  # fmt: skip
-    parts = json.loads(TEST_TIMES.read_text())["parts"] if TEST_TIMES.exists() else []
+    tests = json.loads(TEST_TIMES.read_text()) if TEST_TIMES.exists() else {"parts": []}
     verified = json.loads(VERIFY_JSON.read_text()) if VERIFY_JSON.exists() else {"notebooks": []}
     figures = {
         "commit": commit, "date": datetime.date.today().isoformat(),
         "cpu": f"{cpu_model()}, {os.cpu_count()} cores",
         "stages": {"setup": setup_s, "make test": test_s, "make verify": verify_s},
-        "test_parts": parts,
+        "test_parts": tests["parts"],
+        "slowest_tests": tests.get("slowest", [])[:SLOWEST_KEPT],
         "verify": {"tier": verified.get("tier"), "parameters": verified.get("parameters"),
                    "notebooks": [{"notebook": n["notebook"], "status": n["status"],
                                   "seconds": round(n["seconds"], 1)}

@@ -27,6 +27,7 @@ from coursekit.echo import HEADLESS_ENV  # noqa: E402
 from coursekit.verify import CLAIMS_DOC, execute, start_kernel, stop_kernel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "launchers"))  # launchers/common: `from common import memory`
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 BEHAVE = Path(__file__).parent / "launchers" / "behave.py"
 

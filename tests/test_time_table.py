@@ -50,6 +50,9 @@ def test_a_suite_ends_with_the_table_and_writes_it(tmp_path):
     rows = {r["part"]: r for r in json.loads(times.read_text())["parts"]}
     assert {p: r["tests"] for p, r in rows.items()} == {"browser": 1, "the rest": 2}
     assert rows["browser"]["seconds"] >= 0.3 > rows["the rest"]["seconds"]
+    slowest = json.loads(times.read_text())["slowest"]  # every test here, the slowest first
+    assert [(t["test"].split("::")[-1], t["part"]) for t in slowest][0] == ("test_a", "browser")
+    assert len(slowest) == 3 and slowest[0]["seconds"] >= 0.3
     table = proc.stdout[proc.stdout.index("where the time went"):]
     assert "browser" in table and "the rest" in table and "all" in table
 
@@ -57,7 +60,9 @@ def test_a_suite_ends_with_the_table_and_writes_it(tmp_path):
 def test_ci_record_takes_the_stages_and_the_tests_table(tmp_path):
     times, record = tmp_path / "test-times.json", tmp_path / "ci-times.json"
     parts = [{"part": "browser", "tests": 16, "seconds": 12.5}]
-    times.write_text(json.dumps({"wall_seconds": 20, "parts": parts}))
+    slowest = [{"test": f"tests/test_browser.py::test_{i}", "part": "browser", "seconds": 40 - i}
+               for i in range(40)]  # fmt: skip
+    times.write_text(json.dumps({"wall_seconds": 20, "parts": parts, "slowest": slowest}))
     proc = subprocess.run([sys.executable, str(CI_TIMES), "record", "--setup", "3", "--test", "20",
                            "--verify", "40"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "COURSE_TEST_TIMES": str(times),
@@ -66,6 +71,7 @@ def test_ci_record_takes_the_stages_and_the_tests_table(tmp_path):
     figures = json.loads(record.read_text())
     assert figures["stages"] == {"setup": 3, "make test": 20, "make verify": 40}
     assert figures["test_parts"] == parts and len(figures["commit"]) == 40
+    assert figures["slowest_tests"] == slowest[:30]  # the record keeps the 30 slowest
     assert "63 s in all" in proc.stdout
 
 

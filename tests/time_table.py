@@ -2,8 +2,9 @@
 
 Each test's setup, call and teardown seconds count for the part its module belongs to (a
 module-scoped fixture, such as the browser's JupyterLab or the container image, counts for
-the first test that needs it). The table is also written to build/test-times.json, which
-scripts/ci_times.py folds into the figures of a whole `.ci/run`.
+the first test that needs it). The table is also written to build/test-times.json, with the
+slowest tests one by one (where the next cut should look), and scripts/ci_times.py folds it
+into the figures of a whole `.ci/run`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ PARTS = [
     ("slurm", re.compile(r"^test_slurm\.py$")),
 ]
 REST = "the rest"
+SLOWEST = 80  # the tests kept in the file by their seconds, the next change's shopping list
 
 
 def part_of(nodeid: str) -> str:
@@ -39,12 +41,14 @@ class TimeTable:
     def __init__(self) -> None:
         self.seconds: collections.Counter = collections.Counter()
         self.tests: dict[str, set] = collections.defaultdict(set)
+        self.per_test: collections.Counter = collections.Counter()  # nodeid -> seconds
         self.started = time.monotonic()
 
     def pytest_runtest_logreport(self, report) -> None:
         part = part_of(report.nodeid)
         self.seconds[part] += report.duration
         self.tests[part].add(report.nodeid)
+        self.per_test[report.nodeid] += report.duration
 
     def rows(self) -> list[dict]:
         order = [p for p, _ in PARTS] + [REST]
@@ -66,8 +70,10 @@ class TimeTable:
         terminalreporter.write_line(f"{'all':<12}{sum(r['tests'] for r in rows):>7}"
                                     f"{counted:>10.1f}   (wall {wall:.0f} s)")  # fmt: skip
         TIMES_FILE.parent.mkdir(parents=True, exist_ok=True)
-        TIMES_FILE.write_text(json.dumps({"wall_seconds": round(wall, 1), "parts": rows},
-                                         indent=1) + "\n")  # fmt: skip
+        slowest = [{"test": t, "part": part_of(t), "seconds": round(s, 1)}
+                   for t, s in self.per_test.most_common(SLOWEST)]  # fmt: skip
+        TIMES_FILE.write_text(json.dumps({"wall_seconds": round(wall, 1), "parts": rows,
+                                          "slowest": slowest}, indent=1) + "\n")  # fmt: skip
 
 
 def register(config) -> None:
