@@ -119,12 +119,13 @@ class Tasks:
             spread = f" (the run's range {_shown(low)} to {_shown(high)}{unit})" if low != high \
                 else ""
         else:
-            right, off, spread = guess == measured, f"you said {guess!r}", ""
+            right, off, spread = guess == measured, "", ""  # `said` shows both already
         said = f"you predicted {_shown(guess)}{unit}, the run measured {_shown(measured)}{unit}"
         if right:
             return self._keep(name, PREDICT, SOLVED, f"RIGHT ({name}): {said}{spread}")
+        detail = f": {off}. {why}" if off else f": {why}" if why else ""
         return self._keep(name, PREDICT, NOT_YET,
-                          f"NOT YET ({name}): {said}{spread}: {off}. {why}".rstrip(". ") + ".")
+                          f"NOT YET ({name}): {said}{spread}{detail}".rstrip(". ") + ".")
 
     def check(self, name: str, ok: bool | None, why_right: str, why_wrong: str) -> bool:
         """A written task checked against the facts: ``ok`` None when the learner's code is

@@ -182,6 +182,9 @@ def test_a_prediction_is_right_inside_the_runs_spread_and_says_how_far_off_outsi
     assert "NOT YET (bytes): you predicted 8, the run measured 24: 0.33x the measurement. each " \
            "rank sends 2(p-1)/p of it." in shown
     assert "(no prediction for bubble: the run measured 0.33)" in shown
+    # a choice is said once, with what decides it when given
+    assert "NOT YET (which rank hangs): you predicted rank 1, the run measured rank 0.\n" \
+        in shown and shown.count("rank 1") == 1
     assert [r["outcome"] for r in tasks.records] == ["solved", "solved", "not yet", "not yet",
                                                       "not tried"]  # fmt: skip
 
