@@ -80,7 +80,7 @@ def main():
 
     writer = None
     if rank == 0:  # rank 0 prints for everyone
-        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)  # rank 0 only
+        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)  # one writer
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}")

@@ -3,6 +3,9 @@
 The proof that DDP == one process is notebook 05's; its launcher is tested here under every
 CPU kernel (test_the_proof_holds_with_every_cpu_kernel), as before the split."""
 
+import difflib
+import re
+
 import pytest
 import torch
 from conftest import ROOT, claim_with, execute_notebook
@@ -108,6 +111,23 @@ def test_the_proof_holds_with_every_cpu_kernel(capability, nproc, threads, setup
     floor = max(m["fp32_floor"].values())
     assert cases["sum"]["max_abs_diff"] > 100 * floor
     assert cases["batchnorm"]["max_abs_diff"] > 100 * floor
+
+
+CHAIN = ["train_step1_data.py", "train_step2_logging.py", "train_step3_checkpoints.py",
+         "train_step4_evaluation.py"]
+
+
+def test_each_step_is_a_small_diff_of_the_one_before():
+    """Issue 27: the chain reads as diffs (the notebook shows them); what is not a step's lesson
+    is imported from launchers/common/, never defined again in a step."""
+    texts = [(ROOT / "launchers" / name).read_text().splitlines() for name in CHAIN]
+    for name, old, new in zip(CHAIN[1:], texts, texts[1:], strict=False):
+        changed = [line for line in list(difflib.unified_diff(old, new, lineterm=""))[2:]
+                   if line[:1] in "+-"]
+        assert len(changed) <= 50, f"{name}: {len(changed)} lines changed from the step before"
+    for name, text in zip(CHAIN, texts, strict=True):
+        defined = re.findall(r"^(?:def|class) (\w+)", "\n".join(text), re.M)
+        assert set(defined) <= {"main", "save_checkpoint", "evaluate"}, (name, defined)
 
 
 class Killed(Exception):
