@@ -4,17 +4,16 @@
         --overlapped launchers/my_ddp_overlapped.py --bucketed launchers/my_ddp_bucketed.py
 
 One model of many tensors (--layers x Linear(--width, --width)): each variant trains its own
-copy. The step times come from notebook 06's bench (ddp_bench.timed_rounds): every round
-runs every variant once, in turn, so that a busy machine slows them all alike; a step takes
-its slowest rank's time; the median over --rounds rounds is kept. Then one step of the
-fastest bucketed version that makes several buckets and DDP run single steps under
-torch.profiler (rank 0): the share of the all-reduce time that ran inside backward (the median
-of 5 steps), and the bucketed step's timeline.
+copy. The step times come from notebook 06's interleaved rounds (common/bench_rounds.py): every
+round runs every variant once, in turn, so that a busy machine slows them all alike; a step
+takes its slowest rank's time; the median over --rounds rounds is kept. Then the fastest
+bucketed version that makes several buckets and DDP run single steps under torch.profiler
+(common/step_profile.py): the share of the all-reduce time that ran inside backward (the
+median of 5 steps), and the bucketed step's timeline.
 """
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import statistics
@@ -22,69 +21,15 @@ import statistics
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from ddp_bench import (
-    Trainer,
-    buckets_made,
-    kineto_quiet,
-    overlap,
-    profile_events,
-    sync,
-    timed_rounds,
-)
+from common.bench_rounds import Trainer, buckets_made, timed_rounds
+from common.ddp_checker import all_reduce_calls, wrapper_class
+from common.devices import device_and_backend
+from common.step_profile import profiled_steps
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-def wrapper_class(path, name):
-    spec = importlib.util.spec_from_file_location(f"impl_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
 
 
 def finish(model):
     model.finish_gradient_synchronization()  # your wrappers: the all-reduces complete here
-
-
-def all_reduce_calls(trainer):
-    """dist.all_reduce calls in one step of a home-made wrapper (counted, not timed)."""
-    calls, original = [], dist.all_reduce
-    dist.all_reduce = lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs)
-    try:
-        trainer.step()
-    finally:
-        dist.all_reduce = original
-    return len(calls)
-
-
-def profiled(trainer, device, repeats=5):
-    """One step under torch.profiler, `repeats` times: (the timeline of the median one, its
-    share of all-reduce time inside backward, what was timed). One step alone is noisy: a
-    backend thread's time includes its wait for the other ranks."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    runs = []
-    for _ in range(repeats):
-        sync(device)
-        dist.barrier()
-        with kineto_quiet(), torch.profiler.profile(activities=activities) as prof:
-            with torch.profiler.record_function("ddp_step"):
-                trainer.step()
-                sync(device)
-        events = profile_events(prof.events())
-        runs.append((events, *overlap(events)))
-    return sorted(runs, key=lambda run: run[1])[repeats // 2]
 
 
 def main():
@@ -140,7 +85,9 @@ def main():
     shown = min(several, key=median.get)
     if rank == 0:
         print(f"profiling single steps of {shown} and torch DDP", flush=True)
-    profiles = {name: profiled(trainers[name], device) for name in (shown, "torch DDP")}
+    # the median of 5 profiled steps: (overlap, what was timed, the timeline's events, profile)
+    profiles = {name: profiled_steps(trainers[name].step, device, 5)[5 // 2]
+                for name in (shown, "torch DDP")}
     ranks = [None] * world
     dist.all_gather_object(ranks, {"rank": rank, "pid": os.getpid(), "device": str(device)})
     if rank == 0:
@@ -152,8 +99,8 @@ def main():
                 "grad_mb": sum(p.numel() * p.element_size() for p in base.parameters()) / 2**20,
                 "seconds": seconds, "median_s": median, "all_reduce_calls": calls,
                 "ddp_bucket_bytes": ddp_buckets, "best_bucketed": best, "profiled": shown,
-                "overlap": {k: v[1] for k, v in profiles.items()},
-                "overlap_basis": profiles[shown][2], "timeline": profiles[shown][0],
+                "overlap": {k: v[0] for k, v in profiles.items()},
+                "overlap_basis": profiles[shown][1], "timeline": profiles[shown][2],
             }, f)
     del ddp, trainers  # before destroy_process_group: DDP's destructor needs the group
     dist.destroy_process_group()

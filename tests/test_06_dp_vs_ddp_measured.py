@@ -80,12 +80,26 @@ def test_wrong_predictions_through_the_whole_notebook(tmp_path, monkeypatch):
     assert solved["fastest"] is False and len(r["claims"]) >= 10
 
 
+# ddp_bench.py and the modules of launchers/common/ it imports: the harness, not the lesson
+BENCH = ["ddp_bench.py"] + [f"common/{m}.py" for m in ("bench_job", "bench_rounds",
+                                                       "scaling_models", "step_profile")]
+
+
+def bench_source():
+    return "\n".join((ROOT / "launchers" / name).read_text() for name in BENCH)
+
+
 @pytest.fixture(scope="module")
-def launcher():
-    spec = importlib.util.spec_from_file_location("ddp_bench", ROOT / "launchers" / "ddp_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def common():
+    """ddp_bench.py's modules, imported as under torchrun (launchers/ first on sys.path)."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "launchers"))
+    try:
+        from common import bench_rounds, scaling_models, step_profile
+    finally:
+        sys.path.remove(str(ROOT / "launchers"))
+    return SimpleNamespace(rounds=bench_rounds, models=scaling_models, profile=step_profile)
 
 
 def claim_about(results, words):
@@ -161,21 +175,21 @@ def test_sizes_are_mib_and_the_reported_case_has_no_unsourced_numbers():
     assert "ViT-Large" not in text and "days" not in text
 
 
-def test_dataparallel_rebuilt_equals_one_process_in_float64(launcher):
+def test_dataparallel_rebuilt_equals_one_process_in_float64(common):
     # faithful DP: outputs gathered, the loss over the whole batch on device 0, so one step
     # equals one process's step with the same batch (float64: only rounding, ~1e-16)
     torch.set_default_dtype(torch.float64)
     try:
         cpu = torch.device("cpu")
-        for make, width in ((lambda: launcher.mlp(8, 2), 8),
-                            (lambda: launcher.PythonHeavy(4, 3, 8), 4)):
+        for make, width in ((lambda: common.models.mlp(8, 2), 8),
+                            (lambda: common.models.PythonHeavy(4, 3, 8), 4)):
             torch.manual_seed(0)
             model = make()
             single = copy.deepcopy(model)
             torch.manual_seed(1)
-            dp_step = launcher.dp_step_fn(model, 6, width, 3, cpu)
+            dp_step = common.models.dp_step_fn(model, 6, width, 3, cpu)
             torch.manual_seed(1)
-            one = launcher.Trainer(single, 6, width, cpu)  # draws the same batch
+            one = common.rounds.Trainer(single, 6, width, cpu)  # draws the same batch
             dp_step()
             one.step()
             diff = max((a.grad - b.grad).abs().max().item()
@@ -273,7 +287,7 @@ def _cpu_step():
             _event("aten::add_", "cpu", 710, 715, id=13)]
 
 
-def test_overlap_on_nccl_is_measured_in_device_time(launcher):
+def test_overlap_on_nccl_is_measured_in_device_time(common):
     # the GPU runs NCCL's kernels on a stream of their own, late against their CPU launches:
     # the CPU ranges (all inside backward) would say 100 %; the device time says 1/3
     kernels = [_event("volta_sgemm_64x64_nn", "cuda", 60, 290, link=12, activity="kernel"),
@@ -286,48 +300,49 @@ def test_overlap_on_nccl_is_measured_in_device_time(launcher):
                       link=13, activity="kernel"),
                _event("ddp_step", "cuda", 0, 1000, activity="gpu_user_annotation"),
                _event("nccl:all_reduce", "cuda", 250, 700, activity="gpu_user_annotation")]
-    events = launcher.profile_events(_cpu_step() + kernels)
+    events = common.profile.profile_events(_cpu_step() + kernels)
     gpu = {e["name"][:12]: e["kind"] for e in events if e["device"] == "cuda"}
     assert gpu == {"volta_sgemm_": "kernel", "ampere_sgemm": "backward",
                    "ncclDevKerne": "all-reduce", "ncclKernel_A": "all-reduce",
                    "void at::nat": "kernel"}  # the annotations are not device work
     assert {e["row"] for e in events if e["kind"] == "all-reduce" and e["device"] == "cuda"} \
         == {"cuda:0 stream 20"}
-    fraction, basis = launcher.overlap(events)
+    fraction, basis = common.profile.overlap(events)
     assert fraction == pytest.approx(100 / 300)  # [400, 700] against backward's [300, 500]
     assert "device time" in basis and "NCCL" in basis
 
 
-def test_overlap_on_gloo_is_its_threads_cpu_time(launcher):
+def test_overlap_on_gloo_is_its_threads_cpu_time(common):
     worker = _event("gloo:all_reduce", "cpu", 550, 800, thread=5)
     step = [e for e in _cpu_step() if not e.name.startswith("nccl")]  # gloo: no NCCL ranges
-    fraction, basis = launcher.overlap(launcher.profile_events(step + [worker]))
+    fraction, basis = common.profile.overlap(common.profile.profile_events(step + [worker]))
     assert fraction == pytest.approx(50 / 250)  # [550, 800] against backward's [100, 600]
     assert "CPU time" in basis and "gloo" in basis
 
 
-def test_nccl_kernel_names_match_whatever_the_case(launcher):
-    assert launcher.is_nccl_all_reduce("ncclDevKernel_AllReduce_Sum_bf16_TREE_LL(x)")
-    assert launcher.is_nccl_all_reduce("ncclKernel_AllReduce_RING_LL_Sum_float")
-    assert not launcher.is_nccl_all_reduce("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL")
-    assert not launcher.is_nccl_all_reduce("nccl:all_reduce")  # a CPU range, not a kernel
+def test_nccl_kernel_names_match_whatever_the_case(common):
+    assert common.profile.is_nccl_all_reduce("ncclDevKernel_AllReduce_Sum_bf16_TREE_LL(x)")
+    assert common.profile.is_nccl_all_reduce("ncclKernel_AllReduce_RING_LL_Sum_float")
+    assert not common.profile.is_nccl_all_reduce("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL")
+    assert not common.profile.is_nccl_all_reduce("nccl:all_reduce")  # a CPU range, not a kernel
 
 
-def test_peak_memory_is_bytes_on_linux_and_macos(launcher, monkeypatch):
+def test_peak_memory_is_bytes_on_linux_and_macos(common, monkeypatch):
     from types import SimpleNamespace
-    monkeypatch.setattr(launcher.resource, "getrusage", lambda who: SimpleNamespace(ru_maxrss=5))
+    monkeypatch.setattr(common.rounds.resource, "getrusage",
+                        lambda who: SimpleNamespace(ru_maxrss=5))
     cpu = torch.device("cpu")
-    monkeypatch.setattr(launcher.sys, "platform", "linux")
-    assert launcher.peak_memory(cpu) == (5 * 1024, "peak RSS of the rank process")  # KiB
-    monkeypatch.setattr(launcher.sys, "platform", "darwin")
-    assert launcher.peak_memory(cpu)[0] == 5  # bytes
+    monkeypatch.setattr(common.rounds.sys, "platform", "linux")
+    assert common.rounds.peak_memory(cpu) == (5 * 1024, "peak RSS of the rank process")  # KiB
+    monkeypatch.setattr(common.rounds.sys, "platform", "darwin")
+    assert common.rounds.peak_memory(cpu)[0] == 5  # bytes
 
 
 def test_bookkeeping_collectives_name_the_gloo_group():
     # an NCCL group has no CPU backend: every barrier, broadcast and object collective, and
     # the all-reduce of the (CPU) timings, must go through the gloo group made for them
     import ast
-    tree = ast.parse((ROOT / "launchers" / "ddp_bench.py").read_text())
+    tree = ast.parse(bench_source())
     checked = 0
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
@@ -339,18 +354,18 @@ def test_bookkeeping_collectives_name_the_gloo_group():
                 assert any(k.arg == "group" for k in node.keywords), ast.unparse(node)
                 checked += 1
     assert checked >= 5
-    source = (ROOT / "launchers" / "ddp_bench.py").read_text()
+    source = bench_source()
     assert 'dist.new_group(backend="gloo")' in source
     assert "torch.cuda.synchronize(device)" in source
 
 
 def test_dataparallel_never_shares_a_collective_with_waiting_ranks():
     # DP's phase: rank 0 alone drives the GPUs; the others wait in timed_rounds' gloo barrier
-    source = (ROOT / "launchers" / "ddp_bench.py").read_text()
+    source = bench_source()
     assert "nn.DataParallel(copy.deepcopy(base), device_ids=list(range(world)))" in source
 
 
-def test_dataparallel_drives_only_this_nodes_gpus(launcher, monkeypatch):
+def test_dataparallel_drives_only_this_nodes_gpus(common, monkeypatch):
     """Multi-node, 16 ranks on 8 GPUs a node: nn.DataParallel(device_ids=range(16)) would
     raise AssertionError("Invalid device id") (torch/cuda/__init__.py get_device_properties,
     through DataParallel.__init__'s _check_balance): the re-implementation runs, saying why.
@@ -361,21 +376,21 @@ def test_dataparallel_drives_only_this_nodes_gpus(launcher, monkeypatch):
         made.append(device_ids)
         raise RuntimeError("CUDA-capable device(s) is/are busy or unavailable")
 
-    monkeypatch.setattr(launcher.dist, "get_rank", lambda: 0)
-    monkeypatch.setattr(launcher.dist, "get_backend", lambda: "nccl")
-    monkeypatch.setattr(launcher.dist, "broadcast_object_list", lambda objs, src, group: None)
-    monkeypatch.setattr(launcher.torch.cuda, "device_count", lambda: 8)
-    monkeypatch.setattr(launcher.nn, "DataParallel", fake_dp)
+    monkeypatch.setattr(common.models.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(common.models.dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(common.models.dist, "broadcast_object_list", lambda objs, src, group: None)
+    monkeypatch.setattr(common.rounds.torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(common.models.nn, "DataParallel", fake_dp)
     cpu = torch.device("cpu")
-    name, step, why = launcher.dataparallel(launcher.mlp(8, 1), 4, 8, 16, cpu, None)
+    name, step, why = common.models.dataparallel(common.models.mlp(8, 1), 4, 8, 16, cpu, None)
     assert made == [] and name == "DP re-implemented, 16 replicas" and callable(step)
     assert "16 ranks, 8 GPUs on this node" in why
-    name, step, why = launcher.dataparallel(launcher.mlp(8, 1), 4, 8, 8, cpu, None)
+    name, step, why = common.models.dataparallel(common.models.mlp(8, 1), 4, 8, 8, cpu, None)
     assert made == [list(range(8))] and name == "DP re-implemented, 8 replicas"
     assert "could not use GPUs 1..7" in why and callable(step)
 
 
-def test_ddp_memory_on_a_gpu_is_its_own_not_the_runs_peak(launcher, monkeypatch):
+def test_ddp_memory_on_a_gpu_is_its_own_not_the_runs_peak(common, monkeypatch):
     """On a GPU the per-rank figure is what DDP's ranks added (max_memory_allocated, its peak
     reset first, over memory_allocated before), not rank 0's peak of the whole run, which
     holds the one-process and DataParallel variants (a fake allocator: no GPU here)."""
@@ -387,19 +402,19 @@ def test_ddp_memory_on_a_gpu_is_its_own_not_the_runs_peak(launcher, monkeypatch)
     for name, fake in {"synchronize": lambda device=None: None, "reset_peak_memory_stats": reset,
                        "memory_allocated": lambda device=None: mem["now"],
                        "max_memory_allocated": lambda device=None: mem["peak"]}.items():
-        monkeypatch.setattr(launcher.torch.cuda, name, fake)
-    monkeypatch.setattr(launcher, "FOOTPRINT", {})
+        monkeypatch.setattr(common.rounds.torch.cuda, name, fake)
+    monkeypatch.setattr(common.rounds, "FOOTPRINT", {})
     gpu = torch.device("cuda", 0)
-    assert launcher.peak_memory(gpu, 2) == (900, "peak tensor bytes allocated on the GPU, "
+    assert common.rounds.peak_memory(gpu, 2) == (900, "peak tensor bytes allocated on the GPU, "
                                                  "every variant of the run")  # no DDP measured
-    with launcher.footprint(gpu, "matmul: DDP 2 ranks"):
+    with common.rounds.footprint(gpu, "matmul: DDP 2 ranks"):
         mem.update(now=350, peak=420)  # DDP built and stepped: 120 bytes at its peak
-    assert launcher.FOOTPRINT == {"matmul: DDP 2 ranks": 120}
-    peak, what = launcher.peak_memory(gpu, 2)
+    assert common.rounds.FOOTPRINT == {"matmul: DDP 2 ranks": 120}
+    peak, what = common.rounds.peak_memory(gpu, 2)
     assert peak == 120 and "DDP's 2 ranks added" in what
-    with launcher.footprint(torch.device("cpu"), "matmul: DDP 1 rank"):
+    with common.rounds.footprint(torch.device("cpu"), "matmul: DDP 1 rank"):
         pass
-    assert list(launcher.FOOTPRINT) == ["matmul: DDP 2 ranks"]  # a CPU: RSS only, per process
+    assert list(common.rounds.FOOTPRINT) == ["matmul: DDP 2 ranks"]  # a CPU: RSS only, per process
 
 
 def test_the_wire_fit_gives_alpha_alone_where_the_time_does_not_grow(capsys):

@@ -4,7 +4,7 @@ The check (the notebook's task-check cell, check_ddp_wrappers) runs on a catalog
 wrong answers per task (tests/solutions_wrong/<task>.py), all in one launch, each rejected with
 the mistake it names; a hang in a launch of its own, stopped and located."""
 
-import importlib.util
+import importlib
 import shutil
 
 import pytest
@@ -137,10 +137,9 @@ def test_a_hang_is_stopped_and_located(setup, tmp_path):
     assert "rank 0 at the check's next call" in message
 
 
-def test_the_checker_names_what_is_wrong_from_the_facts():
-    spec = importlib.util.spec_from_file_location("check_my_ddp", CHECKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_the_checker_names_what_is_wrong_from_the_facts(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "launchers"))  # as under torchrun
+    module = importlib.import_module("common.ddp_checker")  # check_my_ddp.py's machinery
     good = {"start_spread": 0.0, "start_spread_params": 0.0, "grad_ratio": 1.0,
             "grad_ratios": [1.0, 1.0, 1.0], "grad_spread": 0.0, "unwaited": 0,
             "calls_in_no_sync": 0, "reduced_elements": 10, "expected_elements": 10,
