@@ -1,8 +1,8 @@
-"""The sharding calculator of notebook 11 (coursekit.memory), as pure functions."""
+"""The sharding calculator of notebook 11 (common.memory), as pure functions."""
 
 import pytest
 
-from coursekit import memory
+from common import memory
 
 P = 1_000_000
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coursekit import memory
+from common import memory
 
 SHAPE = dict(hidden=128, layers=4, heads=4, seq=64, vocab=64, micro_batch=8)
 
