@@ -16,62 +16,14 @@ load average as the sweep began.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-def parse_bytes(text):
-    """'64M' -> 67108864; plain numbers are bytes."""
-    units = {"K": 2**10, "M": 2**20, "G": 2**30}
-    unit = text[-1].upper()
-    return int(float(text[:-1]) * units[unit]) if unit in units else int(text)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # GPU calls return before the work is done
-
-
-def timed(fn, device):
-    """Seconds one call of fn() takes on this rank, started together with the other ranks."""
-    dist.barrier()
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
-
-
-def copy_bandwidth(nbytes, device, repeats=10):
-    """Bytes per second that one process copies from one buffer to another."""
-    src = torch.ones(nbytes // 4, device=device)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(repeats + 2):
-        sync(device)
-        start = time.perf_counter()
-        dst.copy_(src)
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return nbytes / statistics.median(times[2:])
+from common import allreduce_rounds as harness  # timing rounds and table: launchers/common/
+from common.devices import device_and_backend
 
 
 def main():
@@ -100,47 +52,27 @@ def main():
     device = device if backend == "nccl" else torch.device("cpu")
 
     sizes = []  # bytes, of float32 tensors
-    size = max(4, parse_bytes(args.min_bytes))
-    while size <= parse_bytes(args.max_bytes):
+    size = max(4, harness.parse_bytes(args.min_bytes))
+    while size <= harness.parse_bytes(args.max_bytes):
         sizes.append(size)
         size *= args.factor
     buffers = {size: torch.ones(size // 4, device=device) for size in sizes}
     calls = {f"library {size}": (lambda b=buffers[size]: dist.all_reduce(b)) for size in sizes}
     if args.ring:
-        spec = importlib.util.spec_from_file_location("ring", args.ring)
-        ring = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(ring)
+        ring = harness.load_ring(args.ring)
         calls.update({f"ring {size}": (lambda b=buffers[size]: ring.ring_all_reduce(b))
                       for size in sizes})
     grads = []
-    if args.model_width:
-        torch.manual_seed(0)
-        w = args.model_width
-        model = nn.Sequential(nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(),
-                              nn.Linear(w, 10)).to(device)
-        model(torch.randn(64, w, device=device)).square().mean().backward()
-        grads = [p.grad for p in model.parameters()]
-        bucket = torch.cat([g.view(-1) for g in grads])  # one flat buffer, like a DDP bucket
-        calls["grad bucket"] = lambda: dist.all_reduce(bucket)
-        calls["grad per tensor"] = lambda: [dist.all_reduce(g) for g in grads]
-        # in each round, time the gradients right where their size falls among the sweep's
-        place = sum(size < bucket.numel() * 4 for size in sizes)
-        names = list(calls)
-        names = names[:place] + names[-2:] + names[place:-2]
-        calls = {name: calls[name] for name in names}
+    if args.model_width:  # an MLP's gradients: one flat bucket (as DDP) and one call per tensor
+        grads, calls = harness.with_gradients(calls, args.model_width, device, sizes)
 
     # how busy the machine was as the sweep began (the 1-minute load average, where the system
     # has one): a figure for the notebooks, which may not guess at causes
     load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    for _ in range(args.warmup):
-        for fn in calls.values():
-            fn()
-    times = {name: [] for name in calls}
-    for _ in range(args.iters):  # rounds: every size once per round, so drift hits all alike
-        for name, fn in calls.items():
-            times[name].append(timed(fn, device))
+    # rounds: every size once per round, so drift hits all alike; each call after a barrier
+    times = harness.timed_rounds(calls, device, args.warmup, args.iters)
     dist.barrier()
-    copy_bps = copy_bandwidth(max(sizes[-1], 64 * 2**20), device) if rank == 0 else None
+    copy_bps = harness.copy_bandwidth(max(sizes[-1], 64 * 2**20), device) if rank == 0 else None
     dist.barrier()
 
     per_rank = [None] * world_size
@@ -151,10 +83,7 @@ def main():
                    for name in calls}
         median = {name: statistics.median(times) for name, times in slowest.items()}
         rows = []
-        print(f"{'bytes':>10} {'time_us':>10} {'algbw_GBps':>11} {'busbw_GBps':>11}  ({backend}, "
-              f"{world_size} ranks, median of {args.iters}; "
-              "every 4th size shown, all in metrics.json)")
-        for i, size in enumerate(sizes):
+        for size in sizes:
             t = median[f"library {size}"]
             algbw = size / t
             busbw = algbw * 2 * (world_size - 1) / world_size
@@ -164,9 +93,7 @@ def main():
                 row["ring_seconds"] = median[f"ring {size}"]
                 row["ring_rounds"] = slowest[f"ring {size}"]
             rows.append(row)
-            if i % 4 == 0 or size == sizes[-1]:
-                print(f"{size:>10} {t * 1e6:>10.1f} {algbw / 1e9:>11.3f} {busbw / 1e9:>11.3f}")
-        print(f"single-process copy: {copy_bps / 1e9:.2f} GB/s")
+        harness.print_table(rows, backend, world_size, args.iters, copy_bps)
         metrics = {"world_size": world_size, "backend": backend, "device": str(device),
                    "iters": args.iters, "sizes": rows, "copy_bandwidth": copy_bps,
                    "load_average": load_average, "ranks": [{"rank": r} for r in range(world_size)]}

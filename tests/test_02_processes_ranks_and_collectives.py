@@ -35,7 +35,8 @@ def top_level(path, without):
 
 
 def test_reference_and_planted_rings_use_the_exercise_own_check(tmp_path):
-    """Only ring_all_reduce differs: no ring can pass, or fail, by checking differently."""
+    """Only ring_all_reduce differs: no ring can pass, or fail, by checking differently (each
+    runs the one check, launchers/common/ring_check.py, under `if __name__ == "__main__"`)."""
     rings = [SOLUTION, *planted("ring_allreduce", tmp_path).values()]
     assert {p.stem for p in rings[1:]} == set(NAMED) and len(NAMED) >= 5
     for path in rings:
@@ -52,7 +53,7 @@ def test_the_ring_catalogue_in_one_launch(setup, monkeypatch, tmp_path):
     reference = coursekit.answer_file("unused.py", "ring_allreduce.py")
     files = planted("ring_allreduce", tmp_path / "planted")
     rings = [files[name] for name in NAMED] + [reference, EXERCISE]
-    outcomes = check_ring([str(r) for r in rings], setup, nproc=3, checker=SOLUTION)
+    outcomes = check_ring([str(r) for r in rings], setup, nproc=3, checker=EXERCISE)
     *rejected, (ref_ok, _), (starter_ok, starter_why) = outcomes
     for (name, words), (ok, message) in zip(NAMED.items(), rejected, strict=True):
         assert ok is False and words in message, (name, message)

@@ -11,14 +11,10 @@ REFERENCE = "solutions/ring_allreduce.py"
 DOC = '''\
 """Reference solution of the ring exercise of notebook 02 (launchers/ring_allreduce.py).
 
-    torchrun --nproc-per-node 4 solutions/ring_allreduce.py [--impl FILE ...]
+    torchrun --nproc-per-node 4 launchers/ring_allreduce.py --impl solutions/ring_allreduce.py
 
-ring_all_reduce() is filled in; the check below is the exercise's own: with 4 ranks it tries
-every world size from 1 to 4 (process groups of the first k ranks) and sizes chosen to be
-awkward (odd, prime, smaller than the number of ranks), and compares the result with the
-library's dist.all_reduce using torch.testing.assert_close, in float64 (only the order of the
-additions differs); then it names the first mistake the facts show (exchanges counted, a probe
-read after the reduce-scatter and at the end). --impl checks other files' rings in the same run.
+ring_all_reduce() is filled in; the rest is the exercise's own. Run it through the exercise, as
+above: its check, launchers/common/ring_check.py, is imported from beside the launcher.
 """
 '''
 SHARED = [
