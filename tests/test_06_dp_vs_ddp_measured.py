@@ -164,9 +164,10 @@ def test_section_2_and_the_sweep_measure_the_same_point(results):
     claim = claim_about(results, "Section 2's DDP")
     assert claim["figures"]["batch"] == 64  # SMOKE's batch per rank
     assert claim["figures"]["measurements"] == 5  # SMOKE's rounds, paired
+    # the results keep 3 decimals: rel=1e-3 missed ratios under 0.5 (a busy machine's)
     assert claim["figures"]["ratio"] == pytest.approx(results["section2_vs_sweep_same_rounds"],
-                                                      rel=1e-3)
-    assert claim["figures"]["apart"] == pytest.approx(results["section2_vs_sweep_apart"], rel=1e-3)
+                                                      abs=5e-4)
+    assert claim["figures"]["apart"] == pytest.approx(results["section2_vs_sweep_apart"], abs=5e-4)
 
 
 def test_sizes_are_mib_and_the_reported_case_has_no_unsourced_numbers():
