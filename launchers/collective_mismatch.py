@@ -10,32 +10,16 @@ error names the operation and the shapes. (Notebook 08 shows `monitored_barrier`
 live ranks.)
 """
 
-import argparse
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
+from common.devices import device_and_backend
+from common.pitfall_harness import pitfall_parser
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
-                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out")
-    args = parser.parse_args()
+    args = pitfall_parser(__doc__).parse_args()  # --pg-timeout, --device, --out
 
     n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),

@@ -2,49 +2,31 @@
 
     torchrun --nproc-per-node 2 launchers/pitfall_hang.py --pg-timeout 5 --watchdog 2
 
-Notebook 04's model and data (imported from train_step1_data.py). Rank 0 saves a checkpoint
-every few steps and then waits at a barrier, but the barrier sits inside `if rank == 0:`,
-so the other ranks never arrive: they go on to the next step and wait there.
+Notebook 04's model and data (common/glyphs.py). Rank 0 saves a checkpoint every few
+steps and then waits at a barrier, but the barrier sits inside `if rank == 0:`, so the
+other ranks never arrive: they go on to the next step and wait there.
 `--pg-timeout` bounds every collective (torch's default: 30 minutes for gloo, 10 for
 NCCL); `--watchdog S` makes each rank print where it is (faulthandler) when a step takes
 longer than S seconds.
 """
 
-import argparse
 import faulthandler
-import json
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn.functional as F
+from common.devices import device_and_backend
+from common.glyphs import Net, make_dataset
+from common.pitfall_harness import checksum, pitfall_parser, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
-from train_step1_data import Net, make_dataset
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = pitfall_parser(__doc__, watchdog=True)  # --pg-timeout, --watchdog, --device, --out
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
     parser.add_argument("--checkpoint-every", type=int, default=3)
-    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
-                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
-    parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -81,13 +63,11 @@ def main():
                 dist.barrier()  # BUG: only rank 0 reaches this barrier
     faulthandler.cancel_dump_traceback_later()
 
-    checksum = sum(p.double().sum().item() for p in model.parameters())
     gathered = [None] * world_size
-    dist.gather_object({"checksum": checksum}, gathered if rank == 0 else None)
+    dist.gather_object({"checksum": checksum(model)}, gathered if rank == 0 else None)
     if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "steps": args.steps}, f)
+        write_metrics(args.out, world_size=world_size, backend=backend, ranks=gathered,
+                      steps=args.steps)
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

@@ -10,22 +10,12 @@ interleave inside a line. The fixes are torchrun's own options: `--tee 3 --log-d
 """
 
 import argparse
-import json
 import os
 
 import torch
 import torch.distributed as dist
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
+from common.devices import device_and_backend
+from common.pitfall_harness import write_metrics
 
 
 def main():
@@ -42,7 +32,6 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     dist.barrier()  # start together, to make the interleaving likely
     for i in range(args.lines):
@@ -50,9 +39,8 @@ def main():
     dist.barrier()
     if rank == 0:
         print(f"rank 0 alone: {world_size} ranks printed {args.lines} lines each")
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend,
-                       "ranks": [{"lines": args.lines}] * world_size}, f)
+        write_metrics(args.out, world_size=world_size, backend=backend,
+                      ranks=[{"lines": args.lines}] * world_size)
     dist.destroy_process_group()
 
 
