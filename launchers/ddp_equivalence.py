@@ -2,21 +2,13 @@
 
     torchrun --nproc-per-node 2 launchers/ddp_equivalence.py --steps 20
 
-Every rank trains the same model, from the same seed, over the same global batches, twice:
-(a) alone on the whole global batch of B samples (the single-process reference, no
-communication at all), and (b) under DDP on its own slice of B/N samples. Then it compares
-every parameter and reports the largest difference.
-
-The cases run in float64, where rounding is about 1e-16: what is left is the mathematics.
-Cases (SGD with momentum, the model and data of train_step*.py):
-  mean        mean loss, LayerNorm: equal (asserted)
-  sum         sum loss, the same learning rate: DDP averages gradients, N times too small
-  sum_scaled  sum loss, DDP's learning rate times N: equal again (asserted)
-  batchnorm   mean loss, BatchNorm: each rank normalises by its own slice's statistics
-  syncbn      BatchNorm converted to SyncBatchNorm: equal (asserted; DDP refuses it on CPU)
-Then the mean case once more in float32, beside its noise floor: the same single process
-trained on the same batches summed in another order (each batch in 2, 3 or 4 accumulated
-parts, reversed, shuffled). DDP's fp32 sum is a reordered sum too: compare it with that floor.
+Every rank trains the same model from the same seed over the same global batches twice: alone
+on each whole batch of B (no communication: common/reordered_sums.py), and under DDP on its
+slice of B/N; then compares every parameter. In float64 (rounding about 1e-16): a mean loss
+(equal, asserted), a sum loss (DDP averages: N times too small a step), a sum loss with DDP's
+lr x N (equal, asserted), BatchNorm (per-rank statistics), SyncBatchNorm (equal, asserted; DDP
+refuses it on CPU). In float32 the mean case stands beside its noise floor: the same single
+process on the same batches summed in another order (DDP's fp32 sum is reordered too).
 """
 
 import argparse
@@ -27,83 +19,14 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
-import torch.nn.functional as F
+from common.chain_setup import same_gpu_kernels
+from common.devices import device_and_backend
+from common.glyphs import Net, make_dataset
+from common.reordered_sums import fp32_noise_floor, max_diff, train
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-# float64 carries 16 digits; 20 steps of this model lose a few of them to rounding (about
-# 1e-15 is expected). A difference of 1e-9 would be a million times that: a real difference.
+# float64 after 20 steps of this model: about 1e-15 of rounding; 1e-9, a million times that
 F64_EQUAL = 1e-9
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-def make_dataset(n, seed, image_size=16, classes=8, noise=0.3):
-    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y)."""
-    glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
-    glyphs = glyphs.round() * 2 - 1  # +1/-1 pixels: the same glyphs for every split
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.randint(classes, (n,), generator=g)
-    rows = torch.randint(image_size - 4, (n,), generator=g)
-    cols = torch.randint(image_size - 4, (n,), generator=g)
-    images = noise * torch.randn(n, 1, image_size, image_size, generator=g)
-    for i in range(n):
-        images[i, 0, rows[i] : rows[i] + 5, cols[i] : cols[i] + 5] += glyphs[labels[i]]
-    return images, labels
-
-
-class ChannelLayerNorm(nn.LayerNorm):
-    """LayerNorm over the channels of each pixel (as in ConvNeXt): no batch statistics."""
-
-    def forward(self, x):
-        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-
-
-class Net(nn.Module):
-    """A compact CNN: three conv blocks, a global max-pool, a linear classifier."""
-
-    def __init__(self, classes=8, width=16, norm="batch"):
-        super().__init__()
-
-        def block(c_in, c_out):
-            norm_layer = nn.BatchNorm2d(c_out) if norm == "batch" else ChannelLayerNorm(c_out)
-            # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
-            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
-            return nn.Sequential(conv, norm_layer, nn.ReLU())
-
-        self.features = nn.Sequential(
-            block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
-            block(2 * width, 2 * width),
-        )  # fmt: skip
-        self.head = nn.Linear(2 * width, classes)
-
-    def forward(self, x):
-        return self.head(self.features(x).amax(dim=(2, 3)))
-
-
-def train(model, batches, lr, reduction, chunks=1):
-    """SGD with momentum over `batches`; each batch's gradient summed over `chunks` parts."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    for x, y in batches:
-        optimizer.zero_grad()
-        for xc, yc in zip(x.chunk(chunks), y.chunk(chunks), strict=True):
-            loss = F.cross_entropy(model(xc), yc, reduction=reduction)
-            (loss * len(xc) / len(x) if reduction == "mean" else loss).backward()
-        optimizer.step()
-    return model
-
-
-def max_diff(a, b):
-    """Largest |a - b| over every parameter of two models."""
-    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(),
-                                                          strict=True))  # fmt: skip
 
 
 def run_case(name, norm, reduction, lr_factor, args, device, batches, sync_bn=False):
@@ -130,27 +53,6 @@ def run_case(name, norm, reduction, lr_factor, args, device, batches, sync_bn=Fa
     return {"max_abs_diff": diff, "bitwise_equal": diff == 0.0, "dtype": str(dtype)}, single
 
 
-def fp32_noise_floor(args, device, batches, single):
-    """How far one process moves from itself when it only sums the same batches in another
-    order: each batch split into 2, 3 or 4 accumulated parts, reversed, or shuffled."""
-    g = torch.Generator().manual_seed(7)
-    reorderings = {f"{k} parts": (batches, k) for k in (2, 3, 4)}
-    reorderings["reversed"] = ([(x.flip(0), y.flip(0)) for x, y in batches], 1)
-    for i in (1, 2):
-        shuffled = []
-        for x, y in batches:
-            order = torch.randperm(len(y), generator=g).to(device)
-            shuffled.append((x[order], y[order]))
-        reorderings[f"shuffled {i}"] = (shuffled, 1)
-    floors = {}
-    for label, (these, chunks) in reorderings.items():
-        torch.manual_seed(0)
-        model = train(Net(args.classes, args.width, "layer").to(device), these, args.lr, "mean",
-                      chunks)  # fmt: skip
-        floors[label] = max_diff(model, single)
-    return floors
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20)
@@ -162,17 +64,13 @@ def main():
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-        # compare DDP with one process, not two GPU kernels: by default cuDNN may pick a different
-        # (nondeterministic, TF32) convolution algorithm per run, which alone moves the weights
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        same_gpu_kernels()  # compare DDP with one process, not two cuDNN algorithms
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     if rank == 0:
         print(f"global batch B = {args.batch_size * world_size} in one process, against "

@@ -2,120 +2,36 @@
 
     torchrun --nproc-per-node 2 launchers/train_step5_accumulation.py --accum-steps 4
 
-What it trains: a compact CNN (`Net`) on a synthetic image-classification set made in
-code (no download): each class is a fixed 5x5 glyph, each image a noisy copy of one
-glyph at a random place. Every rank trains on its own shard of the data.
-
-Options: `--help`. On GPUs, scale the defaults up (`--width`, `--train-size`).
+Data, model and options: launchers/common/ (`--help`). On GPUs, raise `--width`, `--train-size`.
 """
 
 import argparse
-import json
-import math
+import itertools
 import os
-import time
 from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
-import torch.nn as nn
 import torch.nn.functional as F
+from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
+from common.devices import device_and_backend
+from common.glyphs import Net, lr_at
+from common.run_record import StepClock, write_metrics
+from common.scores import score_totals
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler
 from torch.utils.tensorboard import SummaryWriter
 
 
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-def make_dataset(n, seed, image_size=16, classes=8, noise=0.3, similar=0, label_noise=0.0):
-    """n noisy images, each one of `classes` fixed 5x5 glyphs at a random place: (x, y).
-    similar=K: class 2c+1's glyph is class 2c's with only K of its 25 pixels flipped;
-    label_noise=p: a fraction p of the labels replaced by random classes."""
-    glyphs = torch.rand(classes, 5, 5, generator=torch.Generator().manual_seed(1234))
-    glyphs = glyphs.round() * 2 - 1  # +1/-1 pixels: the same glyphs for every split
-    flips = torch.Generator().manual_seed(4321)
-    for c in range(1, classes, 2) if similar else []:  # pairs of look-alike classes
-        flip = torch.randperm(25, generator=flips)[:similar]
-        glyphs[c] = glyphs[c - 1]
-        glyphs[c].view(-1)[flip] *= -1
-    g = torch.Generator().manual_seed(seed)  # a different seed for each split
-    labels = torch.randint(classes, (n,), generator=g)
-    rows = torch.randint(image_size - 4, (n,), generator=g)
-    cols = torch.randint(image_size - 4, (n,), generator=g)
-    images = noise * torch.randn(n, 1, image_size, image_size, generator=g)
-    for i in range(n):
-        images[i, 0, rows[i] : rows[i] + 5, cols[i] : cols[i] + 5] += glyphs[labels[i]]
-    noisy = torch.rand(n, generator=g) < label_noise  # no draw changes the images above
-    labels = torch.where(noisy, torch.randint(classes, (n,), generator=g), labels)
-    return images, labels
-
-
-class ChannelLayerNorm(nn.LayerNorm):
-    """LayerNorm over the channels of each pixel (as in ConvNeXt): no batch statistics."""
-
-    def forward(self, x):
-        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-
-
-class Net(nn.Module):
-    """A compact CNN: three conv blocks, a global max-pool, a linear classifier."""
-
-    def __init__(self, classes=8, width=16, norm="batch"):
-        super().__init__()
-
-        def block(c_in, c_out):
-            norm_layer = {"batch": nn.BatchNorm2d, "layer": ChannelLayerNorm,
-                          "none": lambda c: nn.Identity()}[norm](c_out)
-            # no bias before BatchNorm: it subtracts each channel's mean, cancelling any bias
-            conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm != "batch")
-            return nn.Sequential(conv, norm_layer, nn.ReLU())
-
-        self.features = nn.Sequential(
-            block(1, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
-            block(2 * width, 2 * width),
-        )  # fmt: skip
-        self.head = nn.Linear(2 * width, classes)
-
-    def forward(self, x):
-        return self.head(self.features(x).amax(dim=(2, 3)))
-
-
-def lr_at(step, total_steps, args):
-    """Linear warmup, then cosine decay to zero: a pure function of the step (resume-safe)."""
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
-    progress = (step - args.warmup) / max(1, total_steps - args.warmup)
-    return args.lr * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-@torch.no_grad()
-def evaluate(model, x, y, device, batch_size=512):
+def evaluate(model, x, y, device):
     """Each rank scores every world_size-th test sample; the sums are all-reduced (no padding)."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    x, y = x[rank::world_size], y[rank::world_size]
     for buffer in model.buffers():  # BatchNorm running stats: each rank's last forward updated
         dist.broadcast(buffer, src=0)  # its own copy; evaluate rank 0's, the ones it saves
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
-    model.eval()
-    for i in range(0, len(x), batch_size):
-        xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
-        logits = model(xb)
-        totals[0] += (logits.argmax(1) == yb).sum()
-        totals[1] += F.cross_entropy(logits, yb, reduction="sum")
-        totals[2] += len(yb)
-    model.train()
-    dist.all_reduce(totals)  # SUM over ranks: every rank now holds the totals of the whole set
+    totals = score_totals(model, x[rank::world_size], y[rank::world_size], device)
+    dist.all_reduce(totals)  # SUM of (correct, loss, count): the totals of the whole set
     return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
 
 
@@ -127,46 +43,25 @@ def save_checkpoint(path, model, optimizer, step):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--width", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=16)
-    parser.add_argument("--train-size", type=int, default=4096)
-    parser.add_argument("--test-size", type=int, default=1024)
-    parser.add_argument("--noise", type=float, default=0.6, help="pixel noise (std)")
-    parser.add_argument("--similar", type=int, default=4, help="pixels between look-alike classes")
-    parser.add_argument("--label-noise", type=float, default=0.1, help="training labels only")
-    parser.add_argument("--norm", choices=["batch", "layer", "none"], default="batch",
-                        help="BatchNorm, LayerNorm over channels, or none")
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank (micro-batch)")
-    parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
+    parser = add_chain_options(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
+    parser.add_argument("--resume", default=None, help="checkpoint to continue from, if it exists")
+    parser.add_argument("--fail-at-step", type=int, default=-1, help="the last rank crashes here")
     parser.add_argument("--accum-steps", type=int, default=1,
-                        help="K micro-batches per optimizer step (no_sync on K-1)")
+                        help="K micro-batches of --batch-size per optimizer step (no_sync on K-1)")
     parser.add_argument("--sync-every-micro-step", action="store_true",
                         help="accumulate naively: all-reduce every micro-batch")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                         help="SGD (momentum 0.9): steps proportional to the gradients")
-    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
-    parser.add_argument("--resume", default=None, help="checkpoint to continue from, if it exists")
-    parser.add_argument("--fail-at-step", type=int, default=-1,
-                        help="simulate a crash: the last rank exits at this step")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json and logs (rank 0)")
     args = parser.parse_args()
 
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+                                         int(os.environ["LOCAL_WORLD_SIZE"]),
+                                         torch.cuda.device_count() if args.device == "cuda" else 0)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-        # the same kernels in every run (a resumed run can then match an uninterrupted one):
-        # cuDNN's default may pick another, nondeterministic or TF32, algorithm per run
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        same_gpu_kernels()  # no autotuned cuDNN, no TF32: a resumed run can match
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
 
@@ -187,11 +82,7 @@ def main():
         if rank == 0:
             print(f"resumed from {args.resume} at step {start_step}")
 
-    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise,
-            "similar": args.similar}
-    train_x, train_y = make_dataset(args.train_size, seed=1, label_noise=args.label_noise, **size)
-    test_x, test_y = make_dataset(args.test_size, seed=2, **size)  # held out: never trained on
-    train_set = TensorDataset(train_x, train_y)
+    train_set, test_x, test_y = glyph_splits(args)  # generated images: common/glyphs.py
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     steps_per_epoch = len(loader) // args.accum_steps
@@ -199,12 +90,12 @@ def main():
     samples_per_step = args.batch_size * args.accum_steps * world_size
 
     writer = None
-    if rank == 0:  # one writer: rank 0 logs for everyone
-        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)
+    if rank == 0:  # rank 0 prints for everyone
+        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)  # one writer
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}")
-    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+
     allreduces = 0
 
     def count_allreduce(state, bucket):  # DDP calls this once per gradient bucket it reduces
@@ -216,24 +107,19 @@ def main():
 
     test_acc, test_loss = evaluate(model, test_x, test_y, device)
     evals = [{"step": start_step, "test_acc": test_acc, "test_loss": test_loss}]
-    losses, step_times, seen = [], [], 0
-    step = start_step
-    tick = time.perf_counter()
+    losses, seen, step, clock = [], 0, start_step, StepClock(device)  # clock: each step's time
     for epoch in range(start_step // steps_per_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle every epoch, the same permutation on all ranks
-        first_epoch = epoch == start_step // steps_per_epoch
-        skip = (start_step % steps_per_epoch) * args.accum_steps if first_epoch else 0
-        for i, (x, y) in enumerate(loader):
-            if i < skip:
-                continue  # resuming mid-epoch: these batches were trained on before the stop
-            if i >= steps_per_epoch * args.accum_steps:
-                break
+        skip = start_step % steps_per_epoch if epoch == start_step // steps_per_epoch else 0
+        K = args.accum_steps  # micro-batches per optimizer step
+        micro = itertools.islice(loader, skip * K, steps_per_epoch * K)  # resumed: skip some
+        for i, (x, y) in enumerate(micro, start=skip * K):
             seen += len(x)
-            last_micro = (i + 1) % args.accum_steps == 0
+            last_micro = (i + 1) % K == 0
             sync = last_micro or args.sync_every_micro_step
             with nullcontext() if sync else ddp_model.no_sync():  # no_sync: keep grads local
                 loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
-                (loss / args.accum_steps).backward()  # the mean over all micro-batches
+                (loss / K).backward()  # the mean over all micro-batches
             if not last_micro:
                 continue
             for group in optimizer.param_groups:
@@ -241,21 +127,17 @@ def main():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # GPU work is asynchronous: time it, not its launch
-            now = time.perf_counter()
-            step_times.append(now - tick)
-            tick = now
+            clock.step()
             if rank == 0:
                 losses.append(loss.item())
                 if step % max(1, total_steps // 20) == 0 or step == total_steps:  # progress
                     print(f"step {step}/{total_steps}  loss {loss.item():.4f}", flush=True)
                 writer.add_scalar("train/loss", loss.item(), step)
                 writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
-                writer.add_scalar("train/samples_per_s", samples_per_step / step_times[-1], step)
+                writer.add_scalar("train/samples_per_s", samples_per_step / clock.times[-1], step)
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 if rank == 0:
-                    save_checkpoint(ckpt_path, model, optimizer, step)
+                    save_checkpoint(os.path.join(args.out, "checkpoint.pt"), model, optimizer, step)
                     print(f"checkpoint step {step} saved", flush=True)
                 dist.barrier()  # nobody reads or moves on before the file is complete
             if step == args.fail_at_step and rank == world_size - 1:
@@ -267,22 +149,16 @@ def main():
             writer.add_scalar("test/loss", test_loss, step)
             print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
                   f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
-        tick = time.perf_counter()  # evaluation time is not step time
+        clock.restart()  # evaluation time is not step time
 
     if rank == 0:
-        save_checkpoint(ckpt_path, model, optimizer, step)
+        save_checkpoint(os.path.join(args.out, "checkpoint.pt"), model, optimizer, step)
         writer.close()
     checksum = sum(p.double().sum().item() for p in model.parameters())
-    gathered = [None] * world_size
-    mine = {"checksum": checksum, "samples_seen": seen}
-    dist.gather_object(mine, gathered if rank == 0 else None)
-    if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "steps": step, "start_step": start_step, "losses": losses,
-                       "evals": evals, "allreduces": allreduces,
-                       "step_times_s": step_times[2:] or step_times,  # the first steps warm up
-                       "first_step_s": step_times[0] if step_times else None}, f)
+    write_metrics(args.out, {"checksum": checksum, "samples_seen": seen},  # gathers: every rank
+                  world_size=world_size, backend=backend, steps=step, start_step=start_step,
+                  losses=losses, evals=evals, **clock.figures(), allreduces=allreduces,
+                  step_times_s=clock.times[2:] or clock.times)  # the first steps warm up
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

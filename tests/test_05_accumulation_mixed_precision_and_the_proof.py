@@ -108,12 +108,15 @@ def test_the_accumulation_check_names_every_planted_mistake(tmp_path):
 def test_fp16_with_a_grad_scaler_trains_on_cpu():
     """What `--amp fp16` runs on a CPU: autocast in float16 and GradScaler("cpu") (the
     launcher no longer refuses it). One step of the launcher's Net, in this process."""
+    from common.glyphs import Net, make_dataset  # launchers/ is on sys.path (conftest)
+
     spec = importlib.util.spec_from_file_location("train_step6", STEP6)
     step6 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(step6)
-    x, y = step6.make_dataset(32, seed=1, classes=8)
+    assert step6.Net is Net  # the launcher trains this Net
+    x, y = make_dataset(32, seed=1, classes=8)
     torch.manual_seed(0)
-    model = step6.Net(classes=8, width=8)
+    model = Net(classes=8, width=8)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
