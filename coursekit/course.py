@@ -59,7 +59,7 @@ COURSE = (
     Notebook("01", "why_is_my_second_gpu_idle", "why is my second GPU idle?",
              "how `nn.DataParallel` scatters, replicates, gathers and reduces on device 0, and "
              "why device 0 carries more memory and work (measured)",
-             {"dp_lab.py": MODULE, "gil_work.py": MODULE, "ddp_same_model.py": LAUNCHER},
+             {"ddp_same_model.py": LAUNCHER},
              test_ranks=(2, 3)),
     Notebook("02", "processes_ranks_and_collectives", "processes, ranks and collectives",
              "ranks, process groups and the collectives, varied live on a pool of ranks; a "
@@ -119,7 +119,7 @@ COURSE = (
     Notebook("12", "beyond_data_parallelism", "beyond data parallelism",
              "Megatron's MLP split written by hand; tensor and pipeline parallelism by hand and "
              "with torch, the bubble, FSDP x TP on a 2-D mesh, a transformer memory calculator",
-             {"tiny_gpt.py": MODULE, "my_megatron_mlp.py": EXERCISE,
+             {"my_megatron_mlp.py": EXERCISE,
               "check_megatron_mlp.py": LAUNCHER, "tensor_parallel.py": LAUNCHER,
               "pipeline_parallel.py": LAUNCHER, "fsdp_tp_2d.py": MESH},
              browser={"NPROC": 2}, test_ranks=(2, 3)),

@@ -8,51 +8,20 @@
 forward and one backward of the same batch and output gradient. Recorded per rank: the shapes
 of its fc and proj weights, its dist.all_reduce calls in forward and in backward, and the
 largest differences from the whole MLP in one process: the output, the input's gradient and
-its weights' gradients (against its share of the whole ones). Rank 0 names the problems.
+its weights' gradients (against its share of the whole ones). Rank 0 names the problems
+(common/megatron_mlp_check.py: the all-reduce counter and the problems in words).
 """
 
 import argparse
 import copy
 import importlib.util
-import json
 import os
 
-import tiny_gpt
 import torch
 import torch.distributed as dist
-
-TOLERANCE = 1e-10  # float64: another order of additions moves ~1e-16; a wrong split, far more
-DIM = 12  # a hidden layer of 48: whole features for 1, 2, 3, 4 and 6 ranks
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-class Counter:
-    """Wraps dist.all_reduce: while on, how many calls the split made."""
-
-    def __init__(self):
-        self.on, self.calls, call = False, 0, dist.all_reduce
-
-        def counted(*args, **kwargs):
-            self.calls += self.on
-            return call(*args, **kwargs)
-        dist.all_reduce = counted
-
-    def take(self):
-        calls, self.calls = self.calls, 0
-        return calls
-
-
-def largest(a, b):
-    return (a - b).abs().max().item()
+from common import layout_runs, tiny_gpt
+from common.devices import device_and_backend
+from common.megatron_mlp_check import DIM, TOLERANCE, Counter, largest, problems
 
 
 def check(cls, rank, world, counter, device):
@@ -87,47 +56,6 @@ def check(cls, rank, world, counter, device):
               largest(mine.proj.weight.grad, whole.proj.weight.grad.chunk(world, 1)[rank]),
               largest(mine.proj.bias.grad, whole.proj.bias.grad))}
     return f
-
-
-def problems(f, world):
-    """What is wrong, in words, most telling first (an empty list: nothing)."""
-    if f["fc"] != f["fc_expected"]:
-        how = (": that splits fc's inputs (by rows)" if f["fc"] == [4 * DIM, DIM // world] else "")
-        return [f"fc's weight is {f['fc']} on a rank, {f['fc_expected']} expected{how}. fc is "
-                "split by columns: its output features, dim 0 of its weight, with its bias"]
-    if f["proj"] != f["proj_expected"]:
-        how = (": that splits proj's outputs (by columns)" if f["proj"] == [DIM // world, 4 * DIM]
-               else "")
-        return [f"proj's weight is {f['proj']} on a rank, {f['proj_expected']} expected{how}. "
-                "proj is split by rows: its inputs, dim 1 of its weight"]
-    found = []
-    if f["forward_calls"] > 1:
-        found.append(f"forward ran {f['forward_calls']} all-reduces, 1 expected: f passes x on "
-                     "unchanged in forward; only g sums")
-    elif f["forward_calls"] == 0:
-        found.append("forward ran no all-reduce: g must sum the ranks' partial outputs")
-    if f["backward_calls"] > 1:
-        found.append(f"backward ran {f['backward_calls']} all-reduces, 1 expected: g's backward "
-                     "passes the gradient on unchanged (every rank already holds all of it)")
-    elif f["backward_calls"] == 0:
-        found.append("backward ran no all-reduce: f's backward must sum the input's gradient "
-                     "(each rank's comes from its own features only)")
-    if f["output"] > TOLERANCE:
-        if f["bias_each_rank"] <= TOLERANCE:
-            found.append(f"the output holds proj's bias {world} times: every rank added it "
-                         "before the sum. Add it once, after g")
-        elif f["averaged"] <= TOLERANCE:
-            found.append(f"the output is 1/{world} of the sum of the partial products: g sums "
-                         "them, it does not average them")
-        else:
-            found.append(f"the output differs from one process by up to {f['output']:.2g}")
-    if f["input_grad"] > TOLERANCE:
-        found.append(f"the input's gradient differs from one process by up to "
-                     f"{f['input_grad']:.2g}")
-    if f["weight_grads"] > TOLERANCE:
-        found.append(f"the weights' gradients differ from one process's (this rank's share) by "
-                     f"up to {f['weight_grads']:.2g}")
-    return found
 
 
 def main():
@@ -167,11 +95,8 @@ def main():
             print(f"{spec}: " + ("ok" if case["ok"] else case["problems"][0]), flush=True)
     ranks = [None] * world
     dist.all_gather_object(ranks, {"rank": rank, "pid": os.getpid(), "device": str(device)})
-    if rank == 0:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world, "backend": backend, "tolerance": TOLERANCE,
-                       "ranks": ranks, "cases": cases}, f)
+    layout_runs.write_metrics(args.out, {"world_size": world, "backend": backend,
+                                         "tolerance": TOLERANCE, "ranks": ranks, "cases": cases})
     dist.destroy_process_group()
 
 

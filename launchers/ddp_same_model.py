@@ -4,15 +4,14 @@
 
 Each rank reports the tensor bytes of its step by kind (weights, gradients, DDP's gradient
 buckets, optimizer state, its share of the batch, what autograd saves, outputs and their
-gradient: the same accounting as notebook 01's ledger), its peak resident memory (RSS: what
-the OS sees, allocator caches and libraries included) and, on a GPU, the allocator's peak.
+gradient: the same accounting as notebook 01's ledger, common/tensor_bytes.py), its peak
+resident memory (RSS: what the OS sees, allocator caches and libraries included) and, on a
+GPU, the allocator's peak.
 """
 
 import argparse
 import json
 import os
-import resource
-import sys
 
 import psutil
 import torch
@@ -20,40 +19,9 @@ import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
+from common.devices import device_and_backend
+from common.tensor_bytes import nbytes, peak_rss_bytes, saved_bytes
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-def peak_rss_bytes():
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
-
-
-def nbytes(tensors):
-    return sum(t.nbytes for t in tensors if t is not None)
-
-
-def saved_bytes(known):
-    """A hook that sums the bytes autograd saves for backward, skipping storages in `known`."""
-    saved = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in known:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    return saved, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
 
 def main():

@@ -15,32 +15,21 @@ same weights), M micro-batches of --micro-batch samples each:
   IMPL hand        the schedules written out with send/recv
   IMPL torch       torch.distributed.pipelining: PipelineStage + ScheduleGPipe/Schedule1F1B
 Each rank records when it computed what (the timeline) and the peak of the bytes autograd
-kept for backward; rank 0 writes them with the differences from one process (float64).
-Options: the model's (tiny_gpt.add_model_args, but the batch: M x --micro-batch), --runs,
---micro-batch, --device cpu|cuda, --out DIR.
+kept for backward; rank 0 writes them with the differences from one process (float64;
+common/layout_runs.py). Options: the model's (tiny_gpt.add_model_args, but the batch:
+M x --micro-batch), --runs, --micro-batch, --device cpu|cuda, --out DIR.
 """
 
 import argparse
-import json
 import os
-import time
 
-import tiny_gpt
 import torch
 import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
+from common import layout_runs, tiny_gpt
+from common.devices import device_and_backend
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
 
 
 class Stage(nn.Module):
@@ -127,103 +116,46 @@ def pipeline_step_by_hand(stage, order, micro_x, micro_y, rank, stages, clock, w
     return loss, timeline
 
 
-class StepClock:
-    """Seconds since the step began; on a GPU once the compute stream's queued work is done
-    (GPU work is asynchronous: time it, not its launch). Only that stream: NCCL sends run on
-    a stream of their own, and a device-wide synchronize would count their completion as
-    compute, hiding the bubble."""
-
-    def __init__(self, device):
-        self.device, self.start = device, time.perf_counter()
-
-    def __call__(self):
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        return time.perf_counter() - self.start
-
-
 def stage_width(stage):
     block = next(iter(stage.blocks.values()))
     return block.ln1.normalized_shape[0]
-
-
-def parse_run(spec):
-    """'hand:1f1b:4' -> ('hand', '1f1b', 4), or an argparse error that names the fix."""
-    parts = spec.split(":")
-    if (len(parts) != 3 or parts[0] not in ("hand", "torch") or parts[1] not in ("gpipe", "1f1b")
-            or not parts[2].isdigit() or int(parts[2]) < 1):
-        raise argparse.ArgumentTypeError(
-            f"{spec!r}: give IMPL:SCHEDULE:M, IMPL hand or torch, SCHEDULE gpipe or 1f1b, "
-            "M micro-batches (1 or more), e.g. hand:1f1b:4")
-    return parts[0], parts[1], int(parts[2])
 
 
 def train(impl, schedule_name, microbatches, args, device):
     """One run: a fresh stage of the same model, the run's batches, its schedule; returns
     this rank's figures gathered on rank 0, and the run's."""
     rank, stages = dist.get_rank(), dist.get_world_size()
-    wire = device if dist.get_backend() == "nccl" else torch.device("cpu")
     batches = tiny_gpt.make_batches(args)
     reference_losses, reference = tiny_gpt.reference_run(args, batches)
     stage = Stage(tiny_gpt.build_model(args), rank, stages).to(device)
     optimizer = torch.optim.AdamW(stage.parameters(), lr=args.lr)
-    order = (gpipe_order if schedule_name == "gpipe" else one_f_one_b_order)(
-        microbatches, rank, stages)
-    if impl == "torch":
+    if impl == "hand":
+        wire = device if dist.get_backend() == "nccl" else torch.device("cpu")
+        order = (gpipe_order if schedule_name == "gpipe" else one_f_one_b_order)(
+            microbatches, rank, stages)
+
+        def run_step(x, y, clock):  # -> (the loss, on the last stage; the timeline)
+            return pipeline_step_by_hand(stage, order, x.chunk(microbatches),
+                                         y.chunk(microbatches), rank, stages, clock, wire)
+    else:
         schedule_class = ScheduleGPipe if schedule_name == "gpipe" else Schedule1F1B
         schedule = schedule_class(PipelineStage(stage, rank, stages, device),
                                   n_microbatches=microbatches, loss_fn=tiny_gpt.loss_fn)
+
+        def run_step(x, y, clock):  # torch's schedule: the same order, no timeline recorded
+            micro_losses = []
+            schedule.step(*([x] if stage.first else []),
+                          target=y if stage.last else None, losses=micro_losses)
+            return sum(m.item() for m in micro_losses) / microbatches, []  # last stage
     if rank == 0:
         print(f"pipeline ({impl}, {schedule_name}): {stages} stage(s), {microbatches} "
               f"micro-batches of {args.batch // microbatches}", flush=True)
 
-    losses, step_times, timelines = [], [], []
-    for step, (x, y) in enumerate(batches):
-        # contiguous: the batches are slices of longer sequences, and torch 2.11's pipelining
-        # refuses a stage input whose strides are not those of a fresh tensor
-        x, y = x.to(device).contiguous(), y.to(device).contiguous()
-        dist.barrier()  # every stage starts the step together: one time origin for the timeline
-        clock = StepClock(device)
-        with tiny_gpt.SavedActivations(stage) as saved:
-            if impl == "hand":
-                loss, timeline = pipeline_step_by_hand(
-                    stage, order, x.chunk(microbatches), y.chunk(microbatches),
-                    rank, stages, clock, wire)
-            else:
-                micro_losses = []
-                schedule.step(*([x] if stage.first else []),
-                              target=y if stage.last else None, losses=micro_losses)
-                loss = sum(m.item() for m in micro_losses) / microbatches  # last stage
-                timeline = []
-        step_times.append(clock())
-        if step == 0:
-            first_grads = {name: p.grad.detach().clone() for name, p in stage.named_parameters()}
-            grad_bytes = tiny_gpt.held_bytes(stage, optimizer)["grad_bytes"]
-        timelines.append(timeline)
-        activation_bytes = saved.peak  # the last step's: torch's first also infers shapes
-        optimizer.step()
-        optimizer.zero_grad()
-        loss_here = torch.tensor([loss], dtype=torch.float64, device=device)
-        dist.broadcast(loss_here, src=stages - 1)  # the last stage knows the loss
-        losses.append(loss_here.item())
-        if rank == 0:
-            print(f"step {step}  loss {losses[-1]:.6f}  one process {reference_losses[step]:.6f}",
-                  flush=True)
-
-    reference_state = dict(reference.named_parameters())
-    param_diff = max((p.detach().cpu() - reference_state[n].detach()).abs().max().item()
-                     for n, p in stage.named_parameters())
-    reference_grads = tiny_gpt.first_step_gradients(args, batches[0])
-    grad_diff = max((g.cpu() - reference_grads[n]).abs().max().item()
-                    for n, g in first_grads.items())
-    held = {"rank": rank, "blocks": [int(i) for i in stage.blocks],
-            **tiny_gpt.held_bytes(stage, optimizer),
-            "grad_bytes": grad_bytes, "activation_bytes": activation_bytes,
-            "timelines": timelines,
-            "step_times_s": step_times, "grad_max_diff": grad_diff, "param_max_diff": param_diff,
-            "device_peak_bytes": tiny_gpt.device_peak_bytes(device)}
-    gathered = [None] * stages
-    dist.gather_object(held, gathered if rank == 0 else None)
+    losses, first_grads, figures = layout_runs.train_pipeline(
+        stage, optimizer, batches, reference_losses, device, run_step)
+    gathered = layout_runs.gather_figures(  # and the differences from one process
+        stage, optimizer, first_grads, args, batches, reference, device,
+        blocks=[int(i) for i in stage.blocks], **figures)
     return {"impl": impl, "schedule": schedule_name, "microbatches": microbatches,
             "ranks": gathered, **tiny_gpt.run_summary(args, losses, reference_losses, reference)}
 
@@ -231,8 +163,8 @@ def train(impl, schedule_name, microbatches, args, device):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     tiny_gpt.add_model_args(parser, batch=False)
-    parser.add_argument("--runs", nargs="+", type=parse_run, default=[("hand", "1f1b", 4)],
-                        metavar="IMPL:SCHEDULE:M")
+    parser.add_argument("--runs", nargs="+", type=layout_runs.parse_run,
+                        default=[("hand", "1f1b", 4)], metavar="IMPL:SCHEDULE:M")
     parser.add_argument("--micro-batch", type=int, default=2, help="samples per micro-batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
@@ -251,7 +183,6 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
     if rank == 0:
         print(f"{stages} stage(s), backend {backend}", flush=True)
 
@@ -259,9 +190,7 @@ def main():
     for impl, schedule_name, m in args.runs:
         run_args = argparse.Namespace(**vars(args), batch=m * args.micro_batch)
         runs[f"{impl}:{schedule_name}:{m}"] = train(impl, schedule_name, m, run_args, device)
-    if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": stages, "backend": backend, "runs": runs}, f)
+    layout_runs.write_metrics(args.out, {"world_size": stages, "backend": backend, "runs": runs})
     dist.destroy_process_group()
 
 

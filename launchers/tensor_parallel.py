@@ -14,42 +14,31 @@ whole on every rank.
   --impl torch-linears   the plan for the Linears alone: q, k and v each turn the shared
                  input into a DTensor of their own, and each all-reduces its gradient
 
-Every rank also trains the whole model alone on the same batches (the reference): the
+Every rank also trains the whole model alone on the same batches (the reference); the
 launcher reports the largest differences of the losses, the first step's gradients and the
-trained parameters (float64), what each rank holds (bytes of parameters, gradients, AdamW
-state, saved activations) and every collective of one step.
-Options: the model's (tiny_gpt.add_model_args), --impl (one or more: each trains in turn, in
-the same processes, from the same weights), --device cpu|cuda, --out DIR.
+trained parameters (float64), what each rank holds and every collective of one step
+(common/layout_runs.py). Options: the model's (tiny_gpt.add_model_args), --impl (one or
+more: each trains in turn, in the same processes, from the same weights), --device, --out.
 """
 
 import argparse
-import json
 import os
 
-import tiny_gpt
 import torch
 import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
+from common import layout_runs, tiny_gpt
+from common.devices import device_and_backend
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
     RowwiseParallel,
     parallelize_module,
 )
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
 
 
 class CopyToParallel(torch.autograd.Function):
@@ -138,64 +127,27 @@ def tensor_parallel_with_torch(model, mesh, one_input=True):
     return parallelize_module(model, mesh, plan)
 
 
-def train(impl, args, batches, reference_losses, reference, device):
+def train(impl, args, batches, reference, device):
     """Split a fresh copy of the model the ``impl`` way, train it, and compare it with the
-    reference: this rank's figures, and the run's."""
+    reference (common/layout_runs.py): this rank's figures, and the run's."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    model = tiny_gpt.build_model(args).to(device)
+    model, split = tiny_gpt.build_model(args).to(device), {}
     if impl == "hand":
         split = tensor_parallel_by_hand(model, rank, world_size)
     else:
         tensor_parallel_with_torch(model, init_device_mesh(device.type, (world_size,)),
                                    one_input=impl == "torch")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     if rank == 0:
-        print(f"tensor parallel ({impl}): {sum(p.numel() for p in reference.parameters())} "
+        print(f"tensor parallel ({impl}): {sum(p.numel() for p in reference[1].parameters())} "
               f"parameters over {world_size} rank(s)", flush=True)
-
-    group = {dist.group.WORLD.group_name: tuple(range(world_size))}
-    losses, saved, collectives = [], None, {}
-    for step, (x, y) in enumerate(batches):
-        measure = step == 0
-        saved_now, forward_log = tiny_gpt.SavedActivations(model), tiny_gpt.CollectiveLog(group)
-        with saved_now, forward_log:
-            loss = tiny_gpt.loss_fn(model(x.to(device)), y.to(device))
-        with tiny_gpt.CollectiveLog(group) as backward_log:
-            loss.backward()
-        if measure:
-            saved = saved_now
-            collectives = {"forward": forward_log.calls, "backward": backward_log.calls}
-            held_grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-        losses.append(loss.item())
-        if rank == 0:
-            print(f"step {step}  loss {losses[-1]:.6f}  one process {reference_losses[step]:.6f}",
-                  flush=True)
 
     def mine(name, full):
         """This rank's part of a reference tensor, as this layout holds it."""
-        if impl == "hand" and name in split:
-            return full.chunk(world_size, split[name])[rank]
-        return full
+        return full.chunk(world_size, split[name])[rank] if name in split else full
 
-    def whole(tensor):
-        return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-
-    reference_state = dict(reference.named_parameters())
-    param_diff = max((whole(p).detach().cpu() - mine(n, reference_state[n].detach()))
-                     .abs().max().item() for n, p in model.named_parameters())
-    reference_grads = tiny_gpt.first_step_gradients(args, batches[0])
-    grad_diff = max((whole(g).cpu() - mine(n, reference_grads[n])).abs().max().item()
-                    for n, g in held_grads.items())
-    held = {"rank": rank, **tiny_gpt.held_bytes(model, optimizer), "activation_bytes": saved.peak,
-            "collectives": collectives,
-            "grad_max_diff": grad_diff, "param_max_diff": param_diff,
-            "device_peak_bytes": tiny_gpt.device_peak_bytes(device)}
-    gathered = [None] * world_size
-    dist.gather_object(held, gathered if rank == 0 else None)
-    return {"impl": impl, "ranks": gathered,
-            **tiny_gpt.run_summary(args, losses, reference_losses, reference)}
+    group = {dist.group.WORLD.group_name: tuple(range(world_size))}
+    return {"impl": impl, **layout_runs.train_and_compare(model, args, batches, reference,
+                                                          device, group, mine=mine)}
 
 
 def main():
@@ -217,18 +169,15 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
     if rank == 0:
         print(f"{world_size} rank(s), backend {backend}", flush=True)
 
     # the same batches on every rank: tensor parallelism splits the model, not the data
     batches = tiny_gpt.make_batches(args)
-    reference_losses, reference = tiny_gpt.reference_run(args, batches)
-    runs = {impl: train(impl, args, batches, reference_losses, reference, device)
-            for impl in args.impl}
-    if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "runs": runs}, f)
+    reference = tiny_gpt.reference_run(args, batches)  # one process: (losses, trained model)
+    runs = {impl: train(impl, args, batches, reference, device) for impl in args.impl}
+    layout_runs.write_metrics(args.out, {"world_size": world_size, "backend": backend,
+                                         "runs": runs})
     dist.destroy_process_group()
 
 

@@ -1,8 +1,9 @@
 """Notebook 01's bookkeeping and pictures: the ledger, real DP's sampler, the plots.
 
-Not a launcher: a module that notebook 01 imports. What the notebook teaches (DataParallel's
-step re-implemented, the measurements, the claims) stays in the notebook; this file holds
-the accounting and the drawing that would bury it.
+Not a launcher: a module that notebook 01 imports (from launchers/common/). What the notebook
+teaches (DataParallel's step re-implemented, the measurements, the claims) stays in the
+notebook; this file holds the accounting and the drawing that would bury it (common/
+tensor_bytes.py counts what autograd saves, for the ledger and the DDP launcher alike).
 """
 
 import inspect
@@ -101,23 +102,6 @@ class OtherLoad:
     def figures(self):
         """For a claim: ``others`` (cores other processes kept busy) and ``cores``."""
         return {"others": self.cores, "cores": psutil.cpu_count()}
-
-
-def saved_bytes(known):
-    """A hook that sums the bytes autograd saves for backward, skipping storages in `known`."""
-    saved = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in known:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    return saved, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-
-
-def storages(*tensors):
-    return {t.untyped_storage().data_ptr() for t in tensors}
 
 
 def exclusive_gpus(n_gpus):

@@ -1,9 +1,10 @@
-"""Notebook 12's model, data and measuring tools, imported by its launchers.
+"""Notebook 12's model, data and measuring tools, imported by its launchers: not their lesson.
 
 Not a launcher: the small GPT-style transformer that tensor_parallel.py, pipeline_parallel.py
-and fsdp_tp_2d.py split, the token data they train on (made here, nothing downloaded), and
-the two instruments the lesson reads: the bytes autograd keeps for backward, and the
-collectives a step runs.
+and fsdp_tp_2d.py split (how they split it is their lesson), the token data they train on
+(made here, nothing downloaded), the one-process run they must reproduce, and the two
+instruments the lesson reads: the bytes autograd keeps for backward, and the collectives a
+step runs. common/layout_runs.py trains a split copy with them.
 """
 
 import math
