@@ -1,6 +1,7 @@
 """Notebooks are committed clean, share the parameters contract, and everything lints."""
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,21 @@ def test_parameters_cell_follows_the_contract(notebook):
     assert assigned == CONTRACT
     # the results file is named after the notebook
     assert f'save_results("{notebook.stem}"' in "".join(c.source for c in nb.cells)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_launchers_common_is_imported_only_after_configure(notebook):
+    """`coursekit.configure` puts launchers/ on the kernel's path: a cell before it that imports
+    `common` works under papermill's runs from the course folder but not in JupyterLab."""
+    code = [c.source for c in nb_cells(notebook) if c.cell_type == "code"]
+    first = next(i for i, s in enumerate(code) if "coursekit.configure(" in s)
+    early = [s.splitlines()[0] for s in code[:first]
+             if re.search(r"^\s*(from|import)\s+(common|coursekit\.memory)\b", s, re.M)]
+    assert not early, f"{notebook.name}: cells that import common before configure: {early}"
+
+
+def nb_cells(notebook):
+    return nbformat.read(notebook, as_version=4).cells
 
 
 def test_notebooks_are_numbered_in_order():
