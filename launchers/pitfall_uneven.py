@@ -9,29 +9,16 @@ forward waits in DDP's broadcast of rank 0's buffers (BatchNorm's running statis
 collective the finished rank never makes, until the process-group timeout.
 """
 
-import argparse
 import faulthandler
-import json
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn.functional as F
+from common.devices import device_and_backend
+from common.glyphs import Net, make_dataset
+from common.pitfall_harness import checksum, pitfall_parser, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
-from train_step1_data import Net, make_dataset
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
 
 
 def train_step(ddp_model, optimizer, x, y):
@@ -43,14 +30,9 @@ def train_step(ddp_model, optimizer, x, y):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = pitfall_parser(__doc__, watchdog=True)  # --pg-timeout, --watchdog, --device, --out
     parser.add_argument("--batches", type=int, default=4, help="rank r gets this + r batches")
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
-    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
-                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
-    parser.add_argument("--watchdog", type=float, default=0, help="dump stacks after S s; 0: off")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -62,7 +44,6 @@ def main():
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, timeout=args.pg_timeout,
                             device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
     model = Net().to(device)
@@ -81,13 +62,12 @@ def main():
         steps += 1
     print(f"finished my {steps} batches", flush=True)
 
-    checksum = sum(p.double().sum().item() for p in model.parameters())
     gathered = [None] * world_size
-    dist.gather_object({"checksum": checksum, "batches": steps}, gathered if rank == 0 else None)
+    mine = {"checksum": checksum(model), "batches": steps}
+    dist.gather_object(mine, gathered if rank == 0 else None)
     if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "steps": max(r["batches"] for r in gathered)}, f)
+        write_metrics(args.out, world_size=world_size, backend=backend, ranks=gathered,
+                      steps=max(r["batches"] for r in gathered))
     faulthandler.cancel_dump_traceback_later()  # armed until here: the final gather included
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()

@@ -2,56 +2,27 @@
 
     torchrun --nproc-per-node 2 launchers/pitfall_unused.py
 
-Notebook 04's CNN gets an auxiliary head (a second classifier on the same features) whose
-loss is added on even steps only. On odd steps the head's parameters get no gradient, DDP
-waits for them, and the next forward refuses to start.
+Notebook 04's CNN gets an auxiliary head, a second classifier on the same features
+(NetWithAux in common/pitfall_harness.py), whose loss is added on even steps only. On odd
+steps the head's parameters get no gradient, DDP waits for them, and the next forward
+refuses to start.
 """
 
-import argparse
-import json
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn.functional as F
+from common.devices import device_and_backend
+from common.glyphs import make_dataset
+from common.pitfall_harness import NetWithAux, checksum, pitfall_parser, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
-from train_step1_data import Net, make_dataset
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-class NetWithAux(Net):
-    """Net plus an auxiliary classifier on the same features."""
-
-    def __init__(self):
-        super().__init__()
-        self.aux = torch.nn.Linear(self.head.in_features, self.head.out_features)
-
-    def forward(self, x, use_aux):
-        features = self.features(x).amax(dim=(2, 3))
-        logits = self.head(features)
-        return (logits, self.aux(features)) if use_aux else (logits, None)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = pitfall_parser(__doc__)  # --pg-timeout, --device, --out
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
-    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
-                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -63,10 +34,9 @@ def main():
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, timeout=args.pg_timeout,
                             device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
-    model = NetWithAux().to(device)
+    model = NetWithAux().to(device)  # Net plus `aux`, a second classifier on its features
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
@@ -85,13 +55,11 @@ def main():
         if rank == 0:
             print(f"step {step}  loss {loss.item():.4f}", flush=True)
 
-    checksum = sum(p.double().sum().item() for p in model.parameters())
     gathered = [None] * world_size
-    dist.gather_object({"checksum": checksum}, gathered if rank == 0 else None)
+    dist.gather_object({"checksum": checksum(model)}, gathered if rank == 0 else None)
     if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "steps": args.steps}, f)
+        write_metrics(args.out, world_size=world_size, backend=backend, ranks=gathered,
+                      steps=args.steps)
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

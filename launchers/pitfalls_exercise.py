@@ -8,41 +8,24 @@ one of the bugs makes the run hang (bounded here by --pg-timeout); the other rai
 nothing at all. The automatic check in the notebook runs it and says what is still wrong.
 """
 
-import argparse
-import json
 import os
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn.functional as F
+from common.devices import device_and_backend
+from common.glyphs import Net, make_dataset
+from common.pitfall_harness import pitfall_parser, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from train_step1_data import Net, make_dataset
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = pitfall_parser(__doc__)  # --pg-timeout, --device, --out
     parser.add_argument("--train-size", type=int, default=256)
     parser.add_argument("--test-size", type=int, default=101)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--pg-timeout", type=lambda s: timedelta(seconds=float(s)),
-                        help="seconds per collective (default: torch's, 30 min gloo, 10 NCCL)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -54,7 +37,6 @@ def main():
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, timeout=args.pg_timeout,
                             device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)
     model = Net().to(device)
@@ -94,9 +76,8 @@ def main():
     mine = {"first_batches": first_batches, "evals": evals}
     dist.gather_object(mine, gathered if rank == 0 else None)
     if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "test_size": args.test_size, "epochs": args.epochs}, f)
+        write_metrics(args.out, world_size=world_size, backend=backend, ranks=gathered,
+                      test_size=args.test_size, epochs=args.epochs)
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

@@ -8,23 +8,13 @@ world_size-th sample, `range(rank, size, world_size)`: uneven shares, no sample 
 """
 
 import argparse
-import json
 import os
 
 import torch
 import torch.distributed as dist
+from common.devices import device_and_backend
+from common.pitfall_harness import report_shares
 from torch.utils.data import DataLoader, DistributedSampler
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
 
 
 def main():
@@ -42,7 +32,6 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
-    os.makedirs(args.out, exist_ok=True)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     dataset = list(range(args.size))
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)
@@ -55,16 +44,8 @@ def main():
 
     gathered = [None] * world_size
     dist.gather_object({"epochs": seen, "evaluated": evaluated}, gathered if rank == 0 else None)
-    if rank == 0:
-        counted = sorted(i for record in gathered for i in record["evaluated"])
-        for epoch in range(args.epochs):
-            print(f"epoch {epoch}: " + "   ".join(f"rank {r}: {rec['epochs'][epoch]}"
-                                                 for r, rec in enumerate(gathered)))
-        print(f"evaluation counted {len(counted)} samples of {args.size}")
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
-                       "size": args.size, "evaluated_count": len(counted),
-                       "evaluated_distinct": len(set(counted))}, f)
+    if rank == 0:  # each epoch's order per rank, how many samples the evaluation counted
+        report_shares(args.out, args.size, gathered, backend)
     dist.destroy_process_group()
 
 
