@@ -237,7 +237,8 @@ def test_gil_race_spawns_processes_that_import_their_work():
 
     source = "\n".join(c.source for c in nbformat.read(notebook_path("01"), as_version=4).cells)
     assert 'get_context("fork")' not in source and 'mp.get_context("spawn")' in source
-    assert "torch.cuda.device_memory_used" in source  # what nvidia-smi shows, not the allocator's
+    lab = (ROOT / "launchers/common/dp_lab.py").read_text()  # section 1's sampler
+    assert "torch.cuda.device_memory_used" in lab  # what nvidia-smi shows, not the allocator's
     sys.path.insert(0, str(ROOT / "launchers"))
     try:
         from common import gil_work

@@ -282,34 +282,6 @@ def draw_memory(params_millions, batch, devices, activation_mb, output_size, dty
                colors=("tab:red", "tab:green"))
 
 
-def memory_sliders():
-    """The calculator behind sliders: drawn once at its default setting (kept in the executed
-    copy); in a live notebook, moving a slider redraws it."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
-    from coursekit import memory
-
-    start = dict(params_millions=350, batch=64, devices=4, activation_mb=120,
-                 output_size=512 * 32000, dtype="float32", optimizer="adam")
-    draw_memory(**start)
-    display(widgets.interactive(
-        draw_memory,
-        params_millions=widgets.FloatSlider(value=350, min=1, max=3000, step=1,
-                                            description="params (M)"),
-        batch=widgets.IntSlider(value=64, min=1, max=512, description="global batch"),
-        devices=widgets.IntSlider(value=4, min=1, max=8, description="devices"),
-        activation_mb=widgets.FloatSlider(value=120, min=0, max=1000, step=1,
-                                          description="act. MB/sample"),
-        output_size=widgets.IntSlider(value=512 * 32000, min=1, max=2**25, step=1000,
-                                      description="outputs/sample"),
-        dtype=widgets.Dropdown(options=list(memory.DTYPE_BYTES), value="float32",
-                               description="dtype"),
-        optimizer=widgets.Dropdown(options=list(memory.OPTIMIZER_STATES), value="adam",
-                                   description="optimizer"),
-    ))
-
-
 def plot_dp_vs_ddp(dp_bytes, dp_title, ddp_tensors, ddp_predicted, ddp_memory, what, same_scale):
     """Left: DP's devices. Middle: each DDP rank's tensor bytes by kind, and the calculator.
     Right: what the memory system saw of each DDP rank (not a tensor count: its own scale)."""
