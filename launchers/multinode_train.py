@@ -3,19 +3,12 @@
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
         --rdzv-endpoint HEAD_NODE:29400 --rdzv-id job42 launchers/multinode_train.py
 
-What it adds to a single-node DDP script:
-- every rank prints who it is: RANK, LOCAL_RANK, GROUP_RANK (its node), WORLD_SIZE;
-- a checkpoint every --save-every steps, written by rank 0 to a temporary file, synced to
-  disk and renamed over the last one (a crash or a power cut mid-write never leaves a torn
-  checkpoint);
-- on start it resumes from that checkpoint if there is one: after torchrun restarts a
-  failed group (--max-restarts), training continues where the checkpoint left it;
-- the batch of step s is the same whatever the world size: a global batch drawn from
-  seed s and split between the ranks, so a resumed run replays the same data;
-- rank 0 appends each step (its pid, step, loss, world size) to progress.jsonl, so the
-  steps of every attempt, the killed ones included, stay in one file;
-- --dtype float64 trains in double precision, to compare two runs by their mathematics
-  rather than by fp32 rounding.
+What it adds to a single-node DDP script: every rank prints who it is (RANK, LOCAL_RANK,
+GROUP_RANK: its node, WORLD_SIZE); rank 0 writes a checkpoint every --save-every steps that
+a crash or a power cut mid-write never leaves torn, and every rank resumes from it on start
+(after torchrun's --max-restarts); the batch of step s comes from seed s, split between the
+ranks whatever their number (common/multinode_records.py), so a resumed run replays the
+same data. --dtype float64 compares two runs by their mathematics, not by fp32 rounding.
 """
 
 import argparse
@@ -28,26 +21,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
+from common.devices import device_and_backend
+from common.multinode_records import log_step, rank_share
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def device_and_backend(requested: str, local_rank: int, local_world_size: int,
-                       n_gpus: int) -> tuple[torch.device, str]:
-    """Where this rank computes and how the ranks talk: the one place that decides.
-    NCCL needs a GPU of its own for every rank of this node (LOCAL_WORLD_SIZE, not the
-    job's WORLD_SIZE: 2 nodes x 8 GPUs is 16 ranks on 8 GPUs each)."""
-    if requested == "cuda":
-        device = torch.device("cuda", local_rank % n_gpus)
-        return device, "nccl" if local_world_size <= n_gpus else "gloo"
-    return torch.device("cpu"), "gloo"
-
-
-def global_batch(step, size):
-    """The whole job's batch for `step`: identical on every rank, every attempt."""
-    g = torch.Generator().manual_seed(10_000 + step)
-    x = torch.randn(size, 20, generator=g)
-    true_weights = torch.randn(20, 1, generator=torch.Generator().manual_seed(42))
-    return x, x @ true_weights + 0.1 * torch.randn(size, 1, generator=g)
 
 
 def save_checkpoint(path, model, optimizer, step):
@@ -108,14 +84,10 @@ def main():
             print(f"resumed from checkpoint at step {start_step} (restart {restart})", flush=True)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    if args.global_batch % world_size:
-        raise SystemExit(f"--global-batch {args.global_batch} must divide by {world_size} ranks")
-    per_rank = args.global_batch // world_size
     losses = []
     for step in range(start_step, args.steps):
-        x, y = global_batch(step, args.global_batch)
-        mine = slice(rank * per_rank, (rank + 1) * per_rank)  # this rank's share of the batch
-        x, y = x[mine].to(device, dtype), y[mine].to(device, dtype)
+        x, y = rank_share(step, args.global_batch, rank, world_size)  # its part of the batch
+        x, y = x.to(device, dtype), y.to(device, dtype)
         loss = nn.functional.mse_loss(ddp_model(x), y)
         optimizer.zero_grad()
         loss.backward()  # averaged over ranks: the same update as the whole global batch
@@ -126,9 +98,7 @@ def main():
         if rank == 0:
             print(f"step {done:3d}/{args.steps}  loss {loss.item():.4f}  world {world_size}",
                   flush=True)
-            with open(os.path.join(args.out, "progress.jsonl"), "a") as f:  # every attempt's
-                f.write(json.dumps({"pid": os.getpid(), "step": done, "loss": loss.item(),
-                                    "world": world_size}) + "\n")
+            log_step(args.out, done, loss.item(), world_size)  # to progress.jsonl
             if done % args.save_every == 0 or done == args.steps:
                 save_checkpoint(ckpt_path, model, optimizer, done)
         dist.barrier()  # nobody runs ahead of the checkpoint it may have to resume from
