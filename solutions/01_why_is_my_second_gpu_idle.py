@@ -1,6 +1,6 @@
 """Reference solutions for notebook 01 (used only when COURSE_SOLUTIONS is set)."""
 
-from coursekit import memory
+from common import memory
 
 # as K grows at a fixed batch: device 0 keeps the whole model state and the whole batch's
 # outputs at any K (its peak stays); device 1 holds a replica and its 1/K share (it shrinks)

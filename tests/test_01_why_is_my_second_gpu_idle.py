@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from common import memory
 from conftest import ROOT, claim_with, execute_notebook
-
-from coursekit import memory
 
 WRONG_SOLUTIONS = Path(__file__).parent / "solutions_wrong"
 

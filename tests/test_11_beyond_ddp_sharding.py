@@ -175,8 +175,7 @@ def test_the_alpha_beta_cell_takes_a_flat_line_where_the_time_does_not_grow(tmp_
 
     import nbformat
     import numpy as np
-
-    from coursekit import memory
+    from common import memory
     notebook = nbformat.read(ROOT / "notebooks" / "11_beyond_ddp_sharding.ipynb", as_version=4)
     (source,) = [c.source for c in notebook.cells
                  if c.cell_type == "code" and "nb02 = setup.results_dir" in c.source]

@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 import torch
+from common import memory
 from conftest import ROOT, execute_notebook
 from task_kit import planted, task_checks
 
 import coursekit
-from coursekit import memory
 
 LAUNCHERS = ROOT / "launchers"
 # the catalogue of planted mistakes in the MLP split (tests/planted/megatron_mlp.py): what

@@ -1,6 +1,7 @@
 """Launchers: each equals its %%writefile cell and runs on its own under torchrun."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -167,3 +168,11 @@ def test_device_and_backend_are_chosen_in_one_place_for_every_tier(launcher, mon
     assert pick("cuda", 0, 2, 1) == (torch.device("cuda", 0), "gloo")  # 2 ranks share a GPU
     assert pick("cuda", 1, 2, 1) == (torch.device("cuda", 0), "gloo")
     assert pick("cpu", 1, 2, 0) == (torch.device("cpu"), "gloo")
+
+
+def test_no_launcher_or_module_beside_them_imports_the_helper_package():
+    """Launchers run on their own (under torchrun, Slurm, a container without the notebooks):
+    what they share lives in launchers/common/, and the helper package only runs them."""
+    importing = [str(p.relative_to(LAUNCHERS)) for p in sorted(LAUNCHERS.rglob("*.py"))
+                 if re.search(r"^\s*(import|from)\s+coursekit\b", p.read_text(), re.M)]
+    assert not importing, f"launchers/ files that import coursekit: {importing}"

@@ -1,7 +1,6 @@
 """The sharding calculator of notebook 11 (common.memory), as pure functions."""
 
 import pytest
-
 from common import memory
 
 P = 1_000_000

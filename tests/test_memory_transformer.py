@@ -1,7 +1,6 @@
 """Notebook 12's transformer memory calculator: pure functions, checked without torch."""
 
 import pytest
-
 from common import memory
 
 SHAPE = dict(hidden=128, layers=4, heads=4, seq=64, vocab=64, micro_batch=8)

@@ -269,7 +269,7 @@ def plot_pairs(groups, labels, title, ylabel, xlabel="device", colors=("tab:red"
 
 def draw_memory(params_millions, batch, devices, activation_mb, output_size, dtype, optimizer):
     """The calculator's peaks per device, DataParallel against DDP (GiB)."""
-    from coursekit import memory
+    from common import memory
 
     sizes = dict(dtype=dtype, optimizer=optimizer, activation_bytes_per_sample=activation_mb * MB,
                  output_size=output_size)

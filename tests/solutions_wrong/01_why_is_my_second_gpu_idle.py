@@ -3,7 +3,7 @@ the replicas (it stays: nothing it holds is divided by K), and the batch compute
 DataParallel split the memory evenly over the devices, as DDP would
 (tests/planted/largest_dp_batch.py, split_evenly_like_ddp), which overestimates it."""
 
-from coursekit import memory
+from common import memory
 
 memory_trend = ("grows", "shrinks")
 
