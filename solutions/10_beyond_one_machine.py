@@ -6,3 +6,9 @@ def replayed(kill_at, save_every):
     step ``kill_at``: the group resumes from the last checkpoint, taken after every
     ``save_every``-th step, and does every step after it again."""
     return kill_at % save_every
+
+
+def identity(nodes, per_node):
+    """(RANK, WORLD_SIZE) of the last worker of the last node: ranks are numbered over the whole
+    job, node by node (GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK)."""
+    return nodes * per_node - 1, nodes * per_node

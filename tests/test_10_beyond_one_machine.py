@@ -15,9 +15,9 @@ WRONG = Path(__file__).parent / "solutions_wrong" / "nb10"
 
 
 def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
-    """Its one run in the suite (the browser's runs the reference answer): the wrong
-    prediction of solutions_wrong/nb10 is NOT YET; the reference, fed this run's figures, is
-    within what the run measured."""
+    """Its one run in the suite (the browser's runs the reference answers): the wrong
+    predictions of solutions_wrong/nb10 are NOT YET; the references, fed this run's figures,
+    are what the run measured."""
     monkeypatch.setenv("COURSE_SLURM_DIR", str(slurm_cluster.state))  # the notebook's Slurm
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))  # the kernel inherits it
     results = execute_notebook("10", tmp_path)
@@ -42,9 +42,13 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     assert results["replayed_steps"] > 0
     # the learner's prediction: the wrong answer rejected; the reference within the run's range
     # (the kill lands at KILL_AT or a step later: low from KILL_AT, high from the last step)
-    assert [(t["name"], t["outcome"]) for t in results["tasks"]] == [("replayed_steps", "not yet")]
-    kill_at, save_every = results["kill_after_step"], results["save_every"]
+    assert [(t["name"], t["outcome"]) for t in results["tasks"]] == [
+        ("node_identity", "not yet"), ("replayed_steps", "not yet")]
+    world, per_node = results["two_node_world_size"], results["ranks_per_node"]
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the reference, as the browser's run picks it
+    assert coursekit.answer(None, STEM, "identity")(2, per_node) == (world - 1, world)
+    assert load_module(WRONG / f"{STEM}.py").identity(2, per_node) != (world - 1, world)
+    kill_at, save_every = results["kill_after_step"], results["save_every"]
     reference = coursekit.answer(None, STEM, "replayed")(kill_at, save_every)
     tasks = coursekit.Tasks()
     assert tasks.predict("replayed", reference, results["replayed_steps"],
