@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+from . import replay
 from .config import Setup
 from .echo import Echo, _parse_hooked, check_echo
 from .result import TEARDOWN_ABORT, LauncherFailed, LauncherTimeout, RunResult
@@ -242,7 +243,47 @@ def run_command(
                        timeout_s=timeout_s, torchrun=torchrun)  # fmt: skip
     shower = Echo(echo, name, progress, main_rank=0 if torchrun else None)
     shower.command(shown or cmd)
+    key = record = None
+    if replay.enabled():  # the test suite's: an identical earlier launch is replayed
+        key = replay.launch_key(cmd, env or {}, run_dir=run_dir, runs_dir=setup.runs_dir,
+                                nproc=nproc, script=script)
+        record = replay.recorded(key, timeout_s)
+    if record is not None:
+        _replay(record, key, result, shower, on_line, setup)
+    else:
+        _launch(cmd, env, result, shower, on_line, stop, echo)
+        if key and not (stop is not None and stop.is_set()):
+            replay.record(key, result, setup.runs_dir)
+    if result.timed_out:
+        raise LauncherTimeout(result.failure(), result)
+    if result.aborted_at_exit_only:
+        print(f"WARNING: rank {result.failed_rank()} finished its work, then aborted while exiting "
+              f"({TEARDOWN_ABORT!r}): a known teardown race in torch, not in {name}; its results "
+              "stand.", flush=True)  # fmt: skip
+    if check and not result.ok:
+        raise LauncherFailed(result.failure(), result)
+    return result
 
+
+def _replay(record: dict, key: str, result: RunResult, shower: Echo, on_line, setup: Setup) -> None:
+    """Show and return an identical launch's record as this run's (coursekit/replay.py)."""
+    for rank, text in replay.restore(key, record, result.run_dir, setup.runs_dir):
+        result.lines.append((rank, text))
+        shower.line(rank, text, record["hooked"][len(result.lines) - 1])
+        if on_line:
+            on_line(rank, text)
+    result.hooked = list(record["hooked"])
+    for field in ("returncode", "seconds", "timed_out", "asked_where"):
+        setattr(result, field, record[field])
+    print(f"({result.name}: replayed: the same launch ran earlier in this test session, "
+          f"{result.seconds:.1f} s; {replay.REPLAY_ENV} is set)", flush=True)
+    shower.close(result)
+
+
+def _launch(cmd, env, result: RunResult, shower: Echo, on_line, stop, echo) -> None:
+    """Run ``cmd`` under the guard into ``result``: live lines, the limit, no survivors."""
+    torchrun, timeout_s, run_dir = result.torchrun, result.timeout_s, result.run_dir
+    name = result.name
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "coursekit.guard", *cmd],  # nothing outlives it: see guard.py
@@ -307,13 +348,3 @@ def run_command(
         if echo and not finished:  # an interrupt (the stop button) or an error in here
             print(f"{name}: stopped after {result.seconds:.1f} s, all its processes killed; "
                   f"{len(result.lines)} lines in {result.log_dir}", flush=True)
-
-    if result.timed_out:
-        raise LauncherTimeout(result.failure(), result)
-    if result.aborted_at_exit_only:
-        print(f"WARNING: rank {result.failed_rank()} finished its work, then aborted while exiting "
-              f"({TEARDOWN_ABORT!r}): a known teardown race in torch, not in {name}; its results "
-              "stand.", flush=True)  # fmt: skip
-    if check and not result.ok:
-        raise LauncherFailed(result.failure(), result)
-    return result

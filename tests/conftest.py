@@ -20,6 +20,7 @@ import nbformat  # noqa: E402
 import time_table  # noqa: E402
 
 import coursekit  # noqa: E402
+from coursekit import replay  # noqa: E402
 from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
 from coursekit.claims import documented_templates  # noqa: E402
 from coursekit.course import COURSE  # noqa: E402
@@ -61,7 +62,7 @@ def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.
     figure_log = tmp_path / "figure-check.jsonl"
     figure_log.unlink(missing_ok=True)
     env = {HEADLESS_ENV: "1", "COURSEKIT_FIGURE_LOG": str(figure_log),
-           "IPYTHONDIR": str(figure_check_profile(tmp_path))}  # fmt: skip
+           "IPYTHONDIR": str(figure_check_profile(tmp_path)), **LAUNCH_REPLAY}  # fmt: skip
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     km = start_kernel(notebook, Path(tempfile.mkdtemp(prefix="k")))  # a short socket path
@@ -234,6 +235,10 @@ def processes_with(token: str) -> list[psutil.Process]:
 # the check below sees only what the course's own runs leave, not other programs' files.
 SCRATCH = Path(tempfile.mkdtemp(prefix="course-tests-"))
 os.environ["TMPDIR"] = str(SCRATCH)
+# the notebooks' kernels (papermill's and JupyterLab's) make each launch once per session: a
+# launch identical to one an earlier kernel made replays its record (coursekit/replay.py)
+LAUNCH_REPLAY = {replay.REPLAY_ENV: str(SCRATCH / "launch-replay")}
+(SCRATCH / "launch-replay").mkdir()
 tempfile.tempdir = None  # re-read TMPDIR
 SESSION_ENVIRONMENT = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 

@@ -72,7 +72,8 @@ def test_the_reference_cap_follows_the_alpha_beta_model():
 def test_wrong_predictions_through_the_whole_notebook(tmp_path, monkeypatch):
     """The predictions of solutions_wrong/nb06 (a variant with no column, a cap beyond every
     swept one) are NOT YET on any machine, and the notebook runs to its end. TIMEOUT_S=590:
-    other parameters than the browser's run, so a run of its own."""
+    other parameters than the browser's run, so a run of its own, whose launches (the same
+    as the browser's, which they ended well within) replay that run's (coursekit/replay.py)."""
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))
     r = execute_notebook("06", tmp_path, NPROC=2, TIMEOUT_S=590)
     solved = {t["name"]: t["outcome"] == "solved" for t in r["tasks"]}

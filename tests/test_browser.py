@@ -31,6 +31,7 @@ import pytest
 from browser_kit import ARTIFACTS, Lab, artifacts_dir, launch_browser, processes_in, sync_playwright
 from conftest import (
     BROWSER_RUNS,
+    LAUNCH_REPLAY,
     NOTEBOOKS,
     ROOT,
     BrowserRun,
@@ -99,6 +100,7 @@ def lab(tmp_path_factory, slurm_cluster):
         "IPYTHONDIR": str(figure_check_profile(scratch)), "COURSEKIT_FIGURE_LOG": str(figure_log),
         "COURSE_SOLUTIONS": "1",  # the exercises solved: the notebooks' own tests take these runs
         "COURSE_SLURM_DIR": str(slurm_cluster.state),  # notebook 10's Slurm: the tests' cluster
+        **LAUNCH_REPLAY,  # what these runs launch, later runs of the same notebooks replay
     })  # fmt: skip
     server.figure_log = figure_log
     yield server

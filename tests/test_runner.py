@@ -1,5 +1,7 @@
 """The launcher runner: live lines, root-cause errors, timeouts and interrupts kill everything."""
 
+import collections
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +15,7 @@ from conftest import BEHAVE, processes_with
 from jupyter_client import KernelManager
 
 import coursekit
-from coursekit import echo, runner
+from coursekit import echo, replay, runner
 from coursekit import result as run_result
 
 
@@ -450,3 +452,56 @@ def test_ranks_whose_threads_outnumber_the_cores_wait_passively(threads, policy,
     run = coursekit.run_launcher(script, setup=setup, nproc=2, echo=False)
     assert sorted(text for _, text in run.lines if text.startswith("policy")) == [
         f"policy {expected}"] * 2
+
+
+WHERE = """import argparse, json, os, pathlib
+parser = argparse.ArgumentParser()
+parser.add_argument("--device")
+parser.add_argument("--out")
+out = pathlib.Path(parser.parse_args().out)
+out.mkdir(parents=True)
+(out / "where.json").write_text(json.dumps({"out": str(out), "pid": os.getpid()}))
+print(f"pid {os.getpid()} wrote {out}")
+"""
+
+
+def test_a_kernel_replays_the_launches_another_made_and_never_its_own(setup, tmp_path,
+                                                                      monkeypatch, capsys):
+    """The suite's kernels make each launch once (coursekit/replay.py): the Nth identical launch
+    of a later process replays the Nth of an earlier one (its lines and files, this run's
+    paths in them); its own repeats, a changed launcher, other arguments run for real."""
+    script = tmp_path / "code" / "where.py"
+    script.parent.mkdir()
+    script.write_text(WHERE)
+    monkeypatch.setenv(replay.REPLAY_ENV, str(tmp_path / "replays"))
+    (tmp_path / "replays").mkdir()
+
+    def pid(run):
+        where = json.loads((run.out_dir / "where.json").read_text())
+        assert where["out"] == str(run.out_dir)  # the recorded path renamed to this run's
+        assert run.rank_lines(0) == [f"pid {where['pid']} wrote {run.out_dir}"]
+        return where["pid"]
+
+    def launch(setup, *args):
+        return coursekit.run_launcher(script, args, setup=setup, nproc=1, echo=False)
+
+    first, second = pid(launch(setup)), pid(launch(setup))
+    assert first != second, "a process replayed its own launch"
+    monkeypatch.setattr(replay, "ORIGIN", "another kernel")
+    monkeypatch.setattr(replay, "_made", collections.Counter())
+    later = coursekit.configure(DEVICE="cpu", RESULTS_DIR=tmp_path / "later" / "results",
+                                TIMEOUT_S=180, quiet=True)  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(run_result.LauncherTimeout):  # a limit the record did not end within
+        coursekit.run_launcher(script, setup=later, nproc=1, echo=False, timeout_s=0.5)
+    monkeypatch.setattr(replay, "_made", collections.Counter())
+    replayed = launch(later)
+    assert pid(replayed) == first and replayed.ok
+    said = capsys.readouterr().out
+    assert "where: replayed: the same launch ran earlier in this test session" in said
+    assert pid(launch(later)) == second  # the second identical launch: the second record
+    assert pid(launch(later)) not in {first, second}  # a third: never made before
+    assert pid(launch(later, "--device", "meta")) not in {first, second}  # other arguments
+    monkeypatch.setattr(replay, "_made", collections.Counter())
+    script.write_text(WHERE + "# changed\n")
+    assert pid(launch(later)) not in {first, second}  # the launcher changed
