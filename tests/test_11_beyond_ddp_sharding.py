@@ -159,9 +159,9 @@ def test_a_zero1_that_hangs_is_stopped_and_says_where(setup, tmp_path):
     """Each rank broadcasting only its own share: the ranks' collectives differ and it hangs;
     the check stops it at its timeout and names the line each rank stood at."""
     hangs = planted("zero1_hang", tmp_path / "planted")["zero1"]
-    ok, message = task_checks("11")["check_zero1"](hangs, setup, nprocs=(2,), timeout_s=30)
+    ok, message = task_checks("11")["check_zero1"](hangs, setup, nprocs=(2,), timeout_s=20)
     assert ok is False
-    assert message.startswith("at 2 ranks, it hung, stopped after 30 s"), message
+    assert message.startswith("at 2 ranks, it hung, stopped after 20 s"), message
     assert "rank 0: " in message and "rank 1: " in message
 
 
