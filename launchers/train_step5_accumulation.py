@@ -8,6 +8,7 @@ Data, model and options: launchers/common/ (`--help`). On GPUs, raise `--width`,
 import argparse
 import itertools
 import os
+import sys
 from contextlib import nullcontext
 
 import torch
@@ -53,6 +54,9 @@ def main():
                         help="accumulate naively: all-reduce every micro-batch")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                         help="SGD (momentum 0.9): steps proportional to the gradients")
+    parser.add_argument("--variant", action="append", default=[], metavar="OPTIONS",
+                        help='train once per --variant "OPTIONS" (added to the others) into '
+                        "OUT/0, OUT/1, ...: several runs in one launch")
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -63,6 +67,16 @@ def main():
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         same_gpu_kernels()  # no autotuned cuDNN, no TF32: a resumed run can match
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    for i, options in enumerate(args.variant or [""]):  # one process group, one run after another
+        run_args = parser.parse_args([*sys.argv[1:], *options.split()])
+        if args.variant:
+            run_args.out = os.path.join(args.out, str(i))
+        train(run_args, rank, world_size, device, backend)
+    dist.destroy_process_group()
+
+
+def train(args, rank, world_size, device, backend):
+    """One run in the process group: a model from the seed, its steps, args.out/metrics.json."""
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
@@ -160,7 +174,6 @@ def main():
                   losses=losses, evals=evals, **clock.figures(), allreduces=allreduces,
                   step_times_s=clock.times[2:] or clock.times)  # the first steps warm up
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

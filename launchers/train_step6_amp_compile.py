@@ -9,6 +9,7 @@ import argparse
 import gc
 import itertools
 import os
+import sys
 from contextlib import nullcontext
 
 import torch
@@ -20,6 +21,7 @@ from common.devices import device_and_backend
 from common.glyphs import Net, lr_at
 from common.run_record import StepClock, write_metrics
 from common.scores import score_totals
+from torch._dynamo.utils import counters
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
@@ -59,6 +61,9 @@ def main():
     parser.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
     parser.add_argument("--compile-backend", default="inductor",
                         help="inductor (fused kernels) or eager (graph capture only)")
+    parser.add_argument("--variant", action="append", default=[], metavar="OPTIONS",
+                        help='train once per --variant "OPTIONS" (added to the others) into '
+                        "OUT/0, OUT/1, ...: several runs in one launch")
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -69,6 +74,17 @@ def main():
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         same_gpu_kernels()  # no autotuned cuDNN, no TF32: a resumed run can match
     dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    for i, options in enumerate(args.variant or [""]):  # one process group, one run after another
+        run_args = parser.parse_args([*sys.argv[1:], *options.split()])
+        if args.variant:
+            run_args.out = os.path.join(args.out, str(i))
+        counters.clear()  # Dynamo's counts are per process: each run counts its own
+        train(run_args, rank, world_size, device, backend)
+    dist.destroy_process_group()
+
+
+def train(args, rank, world_size, device, backend):
+    """One run in the process group: a model from the seed, its steps, args.out/metrics.json."""
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
@@ -183,7 +199,6 @@ def main():
                   amp=args.amp, compile=args.compile, compiled_graphs=compiled_graphs)
     del train_model, ddp_model  # release DDP before the process group (see ddp_first_run.py)
     gc.collect()  # torch.compile keeps DDP in a reference cycle: free it now, not at exit
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
