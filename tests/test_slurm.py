@@ -6,11 +6,36 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT, local_slurm, slurm_daemons
 
 SBATCH = ROOT / "launchers" / "slurm" / "multinode_train.sbatch"
+
+
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+         "DEADLINE", "PREEMPTED")  # fmt: skip
+
+
+def submit_and_wait(args: list[str], env: dict, timeout_s: float = 600) -> tuple[str, str]:
+    """sbatch, then `scontrol show job` every 0.5 s until the job ended: (state, what it
+    showed). Not `sbatch --wait`, which asks after 2, 10, 42, 74 s (Slurm's sbatch.c,
+    _job_wait, with the cluster's MinJobAge=3600): a 12 s job took 42 s."""
+    submit = subprocess.run(["sbatch", "--parsable", *args], env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert submit.returncode == 0, submit.stderr
+    job_id = submit.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True,
+                              text=True, timeout=30).stdout  # fmt: skip
+        state = re.search(r"JobState=(\w+)", show)
+        if state and state.group(1) in ENDED:
+            return state.group(1), show
+        time.sleep(0.5)
+    subprocess.run(["scancel", job_id], env=env, timeout=30)
+    raise AssertionError(f"job {job_id} still not ended after {timeout_s} s:\n{show}")
 
 
 @pytest.fixture
@@ -36,18 +61,12 @@ def test_sbatch_two_nodes_two_ranks_each(cluster, tmp_path):
     out = tmp_path / "out"
     # 2 ranks per node: 2 CPUs for the node's task; NODE_GPUS (pretend nodes on one host)
     # hands each node its own entry as CUDA_VISIBLE_DEVICES (ignored by CPU ranks)
-    submit = subprocess.run(
-        ["sbatch", "--wait", "--parsable", f"--chdir={ROOT}", f"--output={tmp_path}/job-%j.out",
-         "--cpus-per-task=2",
+    state, show = submit_and_wait(
+        [f"--chdir={ROOT}", f"--output={tmp_path}/job-%j.out", "--cpus-per-task=2",
          f"--export=ALL,PYTHON={sys.executable},OUT={out},STEPS=6,NPROC_PER_NODE=2,DEVICE=cpu",
-         str(SBATCH)], env={**env, "NODE_GPUS": "7 9"}, capture_output=True, text=True,
-        timeout=600)  # fmt: skip
-    job_id = submit.stdout.strip().split(";")[0]
-    show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True,
-                          text=True).stdout
+         str(SBATCH)], env={**env, "NODE_GPUS": "7 9"})  # fmt: skip
     batch_log = "".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert submit.returncode == 0, submit.stderr + batch_log
-    assert re.search(r"JobState=COMPLETED", show), show
+    assert state == "COMPLETED", show + batch_log
     assert re.search(r"NumNodes=2\b", show), show
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["world_size"] == 4
@@ -71,12 +90,11 @@ def test_fewer_cpus_than_ranks_is_refused(cluster, tmp_path):
     """--cpus-per-task is the CPUs of all the node's ranks: fewer CPUs than ranks is an error
     at once, not a job of ranks crowded onto one core."""
     state, env = cluster
-    submit = subprocess.run(
-        ["sbatch", "--wait", "--parsable", f"--chdir={ROOT}", f"--output={tmp_path}/job-%j.out",
-         "--cpus-per-task=1",
+    state, show = submit_and_wait(
+        [f"--chdir={ROOT}", f"--output={tmp_path}/job-%j.out", "--cpus-per-task=1",
          f"--export=ALL,PYTHON={sys.executable},OUT={tmp_path / 'out'},STEPS=2,NPROC_PER_NODE=2",
-         str(SBATCH)], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+         str(SBATCH)], env=env, timeout_s=300)  # fmt: skip
     batch_log = "".join(p.read_text() for p in tmp_path.glob("job-*.out"))
-    assert submit.returncode != 0
+    assert state == "FAILED", show
     assert "2 ranks per node on 1 CPU(s)" in batch_log, batch_log
     assert not (tmp_path / "out" / "metrics.json").exists()
