@@ -75,10 +75,11 @@ def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
-    """2 ranks (make verify's), the wrong answers of solutions_wrong/nb05: both tasks are
-    NOT YET and the notebook runs to its end."""
+    """3 ranks (the browser's run: its launches, which the answers do not change, replay
+    there; make verify runs 2 at full size), the wrong answers of solutions_wrong/nb05: both
+    tasks are NOT YET and the notebook runs to its end."""
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb05"))
-    r = execute_notebook("05", tmp_path, NPROC=2)
+    r = execute_notebook("05", tmp_path, NPROC=3)
     assert solved(r)["accumulation_step"] is False and solved(r)["allreduces"] is False
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
 
