@@ -65,11 +65,12 @@ def test_every_pitfall_reproduced_and_fixed(nproc, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
-    """2 ranks (make verify's), the wrong answers of solutions_wrong/nb08 (the last rank said to
-    wait in the backward; a fix of the stop alone, which still hangs in log_metrics): both
-    tasks NOT YET, and the notebook runs to its end."""
+    """3 ranks (the browser's run: its launches, which the answers do not change, replay there;
+    make verify runs 2 at full size), the wrong answers of solutions_wrong/nb08 (the last rank
+    said to wait in the backward; a fix of the stop alone, which still hangs in log_metrics):
+    both tasks NOT YET, and the notebook runs to its end."""
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb08"))
-    r = execute_notebook("08", tmp_path, NPROC=2)
+    r = execute_notebook("08", tmp_path, NPROC=3)
     assert_every_pitfall(r)
     assert solved(r) == {"where_stuck": "not yet", "logging_fix": "not yet"}
     assert solved(r)["logging_fix"] != "solved" and r["hang_fixed"] is True
