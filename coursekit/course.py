@@ -115,7 +115,7 @@ COURSE = (
              "where a rank's memory goes; ZeRO-1 and FSDP2 against DDP: bytes per rank, step "
              "time, the same trained parameters; ZeRO-1 written by hand; distributed checkpoints",
              {"train_step7_sharding.py": LAUNCHER, "my_zero1.py": EXERCISE,
-              "check_my_zero1.py": LAUNCHER}, browser={"NPROC": 3}, test_ranks=(3,)),
+              "check_my_zero1.py": LAUNCHER}, browser={"NPROC": 3}, test_ranks=(3, 2)),
     Notebook("12", "beyond_data_parallelism", "beyond data parallelism",
              "Megatron's MLP split written by hand; tensor and pipeline parallelism by hand and "
              "with torch, the bubble, FSDP x TP on a 2-D mesh, a transformer memory calculator",

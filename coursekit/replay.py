@@ -52,8 +52,13 @@ def _digest_path(h, path: Path) -> None:
 
 
 def launch_key(cmd, env: dict, *, run_dir: Path, runs_dir: Path, nproc: int,
-               script: str | None) -> str:
-    """What makes two launches the same launch (see the module's docstring)."""
+               script: str | None) -> str | None:
+    """What makes two launches the same launch (see the module's docstring); None for a
+    launch that names a folder of the runs outside its own (notebook 11's `--dcp` checkpoint
+    folder): what it writes there is not in its record, so it is never replayed."""
+    paths = [Path(str(c)) for c in [*cmd, *env.values()] if str(runs_dir) in str(c)]
+    if any(not p.is_relative_to(run_dir) for p in paths):
+        return None
 
     def generic(text: str) -> str:
         return text.replace(str(run_dir), "<RUN>").replace(str(runs_dir), "<RUNS>")

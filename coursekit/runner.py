@@ -247,7 +247,7 @@ def run_command(
     if replay.enabled():  # the test suite's: an identical earlier launch is replayed
         key = replay.launch_key(cmd, env or {}, run_dir=run_dir, runs_dir=setup.runs_dir,
                                 nproc=nproc, script=script)
-        record = replay.recorded(key, timeout_s)
+        record = replay.recorded(key, timeout_s) if key else None
     if record is not None:
         _replay(record, key, result, shower, on_line, setup)
     else:

@@ -505,3 +505,9 @@ def test_a_kernel_replays_the_launches_another_made_and_never_its_own(setup, tmp
     monkeypatch.setattr(replay, "_made", collections.Counter())
     script.write_text(WHERE + "# changed\n")
     assert pid(launch(later)) not in {first, second}  # the launcher changed
+    # a launch that names a folder of the runs outside its own writes what no record holds
+    elsewhere = later.runs_dir / "shared"
+    made = {pid(launch(later, "--device", str(elsewhere))) for _ in range(2)}
+    monkeypatch.setattr(replay, "ORIGIN", "a third kernel")
+    monkeypatch.setattr(replay, "_made", collections.Counter())
+    assert pid(launch(later, "--device", str(elsewhere))) not in made | {first, second}
