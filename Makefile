@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions=$(SOLUTIONS)) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab progress bench bench-ddp gpu-check gpu-wheels matrix teardown-abort \
+.PHONY: setup verify test lint lab progress bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
         site reset clean
 
 setup: $(STAMP)
@@ -51,6 +51,15 @@ gpu-check: setup  ## build/gpu-check/summary.json
 # make gpu-wheels PYVER=3.11: the course's packages that the GPU machine lacks, as wheels
 gpu-wheels: setup  ## build/gpu-wheels (Python 3.12 by default), at most 64 MiB
 	$(PY) scripts/gpu_wheels.py $(if $(PYVER),--python $(PYVER) --out build/gpu-wheels-py$(subst .,,$(PYVER)))
+
+# the offline GPU check rehearsed on this CPU: the wheels for this Python, a stand-in for the
+# GPU machine's Python (scripts/gpu_standin.py: torch 2.11 and only what that machine has)
+HERE_PYVER = $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+gpu-rehearsal: setup  ## build/gpu-check/summary.json, the --offline check run by the stand-in
+	$(MAKE) gpu-wheels PYVER=$(HERE_PYVER)
+	$(PY) scripts/gpu_standin.py
+	build/gpu-standin/bin/python scripts/gpu_check.py --offline build/gpu-wheels-py$(subst .,,$(HERE_PYVER)) \
+		--device cpu $(if $(ONLY),--only $(ONLY)) $(if $(BUDGET),--budget $(BUDGET))
 
 # make matrix TORCH="2.11.0 2.15.0" ONLY="00 02": the course at SMOKE sizes per torch release
 matrix: setup  ## side environments in .matrix/ (kept), tables in build/matrix/summary.json
