@@ -50,6 +50,11 @@ def closure(names: list[str], dists: dict) -> set[str]:
     return seen
 
 
+def the_machines(dists: dict) -> set[str]:
+    """The distributions the GPU machine has: MACHINE_HAS and their closure in ``dists``."""
+    return closure([re.split(r"[=<>]", spec)[0] for spec in MACHINE_HAS], dists)
+
+
 def site_packages(python: Path) -> Path:
     code = "import sysconfig; print(sysconfig.get_path('purelib'))"
     out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True)
@@ -61,7 +66,7 @@ def main() -> int:
     source = site_packages(source_env / "bin" / "python")
     dists = {canonical(d.metadata["Name"]): d
              for d in importlib.metadata.distributions(path=[str(source)])}  # fmt: skip
-    names = closure([re.split(r"[=<>]", spec)[0] for spec in MACHINE_HAS], dists)
+    names = the_machines(dists)
     shutil.rmtree(STANDIN, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(STANDIN)], check=True)
     target = site_packages(STANDIN / "bin" / "python")

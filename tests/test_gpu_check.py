@@ -1,8 +1,10 @@
 """scripts/gpu_check.py: the first command on a GPU machine, run here in its CPU mode."""
 
+import importlib.metadata
 import json
 import subprocess
 import sys
+import sysconfig
 import time
 
 import pytest
@@ -109,6 +111,19 @@ def test_offline_installs_the_wheels_leaves_the_machines_own_and_finds_what_is_m
                           env={"PYTHONPATH": f"{scratch}:{ROOT / 'scripts'}", "PATH": ""})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "cktoy needs cktoy_absent>=2: not on this path"
+
+
+def test_the_stand_in_for_the_gpu_machine_takes_its_packages_and_none_the_wheels_bring():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_standin import WHEELS_BRING, canonical, the_machines
+
+    here = sysconfig.get_path("purelib")  # this venv holds the check's packages too
+    found = importlib.metadata.distributions(path=[here])
+    dists = {canonical(d.metadata["Name"]): d for d in found}
+    assert {canonical(m) for m in WHEELS_BRING} <= set(dists)
+    names = the_machines(dists)
+    assert {"torch", "matplotlib", "tensorboard", "pytest", "pluggy", "numpy"} <= names
+    assert not names & {canonical(m) for m in WHEELS_BRING}
 
 
 def test_offline_refuses_wheels_of_another_python(tmp_path):
