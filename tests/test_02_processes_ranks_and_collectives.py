@@ -95,8 +95,11 @@ def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     factor = 2 * (nproc - 1) / nproc
     assert results["peak_busbw_GBps"] == pytest.approx(results["peak_busbw_algbw_GBps"] * factor)
     assert results["peak_busbw_GBps"] > 0 and results["copy_bandwidth_GBps"] > 0
-    # the alpha-beta fit, over sizes around the gradients it then predicts
-    assert results["beta_GBps"] > 0  # gloo on CPUs: the time grows with the size here
+    # the alpha-beta fit, over sizes around the gradients it then predicts; where the times came
+    # out flat (3 ranks on a loaded 2-core host did once: issue 29 N10) there is no beta, and the
+    # fit's claim skips and says why
+    flat = results["beta_GBps"] == "none: flat times"
+    assert flat or results["beta_GBps"] > 0
     assert results["fit_min_bytes"] <= results["grad_bytes"] <= results["fit_max_bytes"]
     predicted, measured = results["grad_predicted_ms"], results["grad_measured_ms"]
     error = abs(predicted - measured) / measured
@@ -121,8 +124,12 @@ def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     assert per_tensor["figures"]["predicted"] == pytest.approx(
         results["grad_per_tensor_predicted_ms"])
     assert per_tensor["figures"]["measurements"] == results["bench_iters"]  # rounds, paired
-    fit = claim_with(results, "err < 0.3 and alpha_us > 0")
-    assert fit["figures"]["err"] == pytest.approx(results["fit_rms_rel_error"])
+    if flat:
+        (fit,) = [c for c in results["claims"] if c.get("template", "").startswith("the line t")]
+        assert fit["outcome"] == "skipped" and "did not grow with the size" in fit["why_skipped"]
+    else:
+        fit = claim_with(results, "err < 0.3 and alpha_us > 0")
+        assert fit["figures"]["err"] == pytest.approx(results["fit_rms_rel_error"])
     race = comparison_starting(results, "your ring's gap to the library")
     assert race["figures"]["at_large"] == pytest.approx(results["ring_vs_library_ratio"])
     small = comparison_starting(results, f"at {results['bench_min_bytes']} bytes your ring")

@@ -67,7 +67,8 @@ def test_sharding_notebook(nproc, tmp_path, monkeypatch):
             < 1.5 * r["ddp_comm_bytes_per_step"])
     assert r["fsdp_root_params"] > 0 and r["fsdp_units"] >= 2
     assert r["zero_comm_bytes_per_step"] > r["ddp_comm_bytes_per_step"]
-    assert r["alpha_us"] >= 0 and r["beta_GBps"] > 0
+    # no beta where the timed sizes came out flat (a loaded CPU can: issue 29 N10)
+    assert r["alpha_us"] >= 0 and (r["beta_GBps"] == "none: flat times" or r["beta_GBps"] > 0)
     assert r["zero_step_time_ratio"] > 0 and r["fsdp_step_time_ratio"] > 0
     # the checkpoint: sharded reload and single-process load give the same outputs
     assert r["dcp_sharded_reload_max_diff"] == 0
