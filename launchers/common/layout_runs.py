@@ -5,11 +5,10 @@ model their own way (that is the lesson, in the launcher). Around the split they
 same, here: train step by step, printing each loss beside one process's; measure the first
 step (the bytes autograd keeps for backward, the collectives of forward and backward, the
 gradients); compare with the one-process run in float64; gather every rank's figures on
-rank 0, which writes metrics.json. The pipeline's own steps (train_pipeline), its clock and
-its --runs option too.
+rank 0, which writes metrics.json. The pipeline's own steps (train_pipeline) and its clock
+too. The two launchers' command lines and runs: common/layout_mains.py.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -157,14 +156,3 @@ class StepClock:
             torch.cuda.current_stream(self.device).synchronize()
         return time.perf_counter() - self.start
 
-
-def parse_run(spec):
-    """pipeline_parallel.py's --runs: 'hand:1f1b:4' -> ('hand', '1f1b', 4), or an argparse
-    error that names the fix."""
-    parts = spec.split(":")
-    if (len(parts) != 3 or parts[0] not in ("hand", "torch") or parts[1] not in ("gpipe", "1f1b")
-            or not parts[2].isdigit() or int(parts[2]) < 1):
-        raise argparse.ArgumentTypeError(
-            f"{spec!r}: give IMPL:SCHEDULE:M, IMPL hand or torch, SCHEDULE gpipe or 1f1b, "
-            "M micro-batches (1 or more), e.g. hand:1f1b:4")
-    return parts[0], parts[1], int(parts[2])
