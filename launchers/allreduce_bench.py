@@ -23,7 +23,7 @@ import statistics
 import torch
 import torch.distributed as dist
 from common import allreduce_rounds as harness  # timing rounds and table: launchers/common/
-from common.devices import device_and_backend
+from common.devices import init_distributed
 
 
 def main():
@@ -40,12 +40,7 @@ def main():
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     # gloo copies CUDA tensors through host memory for its collectives (the copies would be
     # timed too) and its send/recv (--ring) take CPU tensors only: with gloo (ranks sharing
     # a GPU) the buffers stay on the CPU and the figures are gloo's own

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from common.batchnorm_noise_floor import diff, noise_floor, print_comparison, sum_stats
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.glyphs import Net, make_dataset
 from common.pitfall_harness import write_metrics
 
@@ -65,16 +65,11 @@ def main():
 
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-        # the comparison needs the same kernels for a slice and the whole batch, in fp32:
-        # cuDNN's default may pick nondeterministic or TF32 (10-bit mantissa) algorithms
+    device, backend = init_distributed(args.device)
+    if device.type == "cuda":  # the same fp32 kernels for a slice and the whole batch: cuDNN's
+        # default may pick nondeterministic or TF32 (10-bit mantissa) algorithms
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
 
     torch.manual_seed(0)
     model = Net().to(device)

@@ -20,7 +20,7 @@ import os
 import torch
 import torch.distributed as dist
 from common import layout_runs, tiny_gpt
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.megatron_mlp_check import DIM, TOLERANCE, Counter, largest, problems
 
 
@@ -66,12 +66,7 @@ def main():
     args = parser.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     counter = Counter()  # before the classes' files are loaded, whatever they import
     cases = []
     for spec in args.impl:  # FILE:CLASS, split from the right (a path may hold ":")

@@ -17,11 +17,10 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before init_process_group: see DDP's lazy import
 import torch.nn as nn
 import torch.nn.functional as F
 from common.ddp_checker import Cases, Facts, Recorder, options, wrapper_class
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -90,13 +89,9 @@ def check(cls, bucket_mb, accumulate, steps, rank, recorder, device):
 def main():
     args = options()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    device, backend = init_distributed(args.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         torch.backends.cudnn.deterministic = True  # float64 equality: no nondeterministic kernels
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     recorder = Recorder()  # before the wrappers' files are loaded, whatever they import
     cases = Cases(rank, world, args.steps, recorder)
     for spec in args.impl:  # FILE:CLASS[:overlap], split from the right (a path may hold ":")

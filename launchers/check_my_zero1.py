@@ -11,8 +11,7 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before init_process_group: see DDP's lazy import
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.zero1_checker import Recorder, check_class, write_metrics
 
 
@@ -25,12 +24,7 @@ def main():
     args = parser.parse_args()
 
     rank = int(os.environ["RANK"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     recorder = Recorder()  # before the classes' files are loaded, whatever they import
     cases = []
     for spec in args.impl:

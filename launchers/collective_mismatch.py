@@ -10,24 +10,17 @@ error names the operation and the shapes. (Notebook 08 shows `monitored_barrier`
 live ranks.)
 """
 
-import os
 
 import torch
 import torch.distributed as dist
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.pitfall_harness import pitfall_parser
 
 
 def main():
     args = pitfall_parser(__doc__).parse_args()  # --pg-timeout, --device, --out
 
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, timeout=args.pg_timeout,
-                            device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device, timeout=args.pg_timeout)
     rank = dist.get_rank()
     t = torch.ones(3 + rank, device=device)  # BUG: the shapes differ across ranks
     dist.all_reduce(t)

@@ -13,11 +13,10 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spare threads sleep, not spin: before torch
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 from common.bench_job import options, part_sweep, run_parts
 from common.bench_rounds import Trainer, buckets_made, footprint, steps_for, timed_rounds
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.grad_reductions import AsyncPerParameter, one_flat_all_reduce, per_parameter_blocking
 from common.scaling_models import PythonHeavy, all_threads_rounds, dataparallel, mlp, model_facts
 from common.step_profile import profiled_part
@@ -94,12 +93,7 @@ def part_profile(args, device, rank, cpu):
 
 def main():
     args = options()
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(args.threads)  # the same threads per rank in every variant
     groups = {n: dist.new_group(list(range(n))) for n in range(1, world + 1)}  # every rank

@@ -17,10 +17,9 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 from common.chain_setup import same_gpu_kernels
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.glyphs import Net, make_dataset
 from common.reordered_sums import fp32_noise_floor, max_diff, train
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -65,13 +64,9 @@ def main():
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    device, backend = init_distributed(args.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         same_gpu_kernels()  # compare DDP with one process, not two cuDNN algorithms
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     if rank == 0:
         print(f"global batch B = {args.batch_size * world_size} in one process, against "
               f"{world_size} rank(s) x {args.batch_size} under DDP; {args.steps} SGD steps")

@@ -16,10 +16,9 @@ import os
 import psutil
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.tensor_bytes import nbytes, peak_rss_bytes, saved_bytes
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -36,12 +35,7 @@ def main():
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     rss_before = psutil.Process().memory_info().rss  # before the model (the first DDP(...)
     # also imports torch._dynamo: tens of MB of Python modules, on every rank alike)
 

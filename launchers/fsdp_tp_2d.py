@@ -19,7 +19,7 @@ import os
 import torch
 import torch.distributed as dist
 from common import layout_runs, tiny_gpt
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from tensor_parallel import tensor_parallel_with_torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -49,12 +49,7 @@ def main():
     dp = world_size // args.tp
     if args.batch % dp:
         parser.error(f"--batch {args.batch} must split evenly over the {dp} data-parallel groups")
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
 
     # rank = dp_rank * tp + tp_rank: neighbours share the matrices, a stride apart the data
     mesh = init_device_mesh(device.type, (dp, args.tp), mesh_dim_names=("dp", "tp"))

@@ -19,9 +19,8 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.multinode_records import log_step, rank_share
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -56,12 +55,7 @@ def main():
 
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     identity = {name: os.environ[name] for name in
                 ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}

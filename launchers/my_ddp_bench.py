@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from common.bench_rounds import Trainer, buckets_made, timed_rounds
 from common.ddp_checker import all_reduce_calls, wrapper_class
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.step_profile import profiled_steps
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -48,12 +48,7 @@ def main():
     args = parser.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     cpu = dist.new_group(backend="gloo")  # bookkeeping (barriers, slowest rank) on CPU tensors
 
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.glyphs import make_dataset
 from common.pitfall_harness import NetWithAux, checksum, pitfall_parser, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -27,13 +27,7 @@ def main():
 
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, timeout=args.pg_timeout,
-                            device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device, timeout=args.pg_timeout)
 
     torch.manual_seed(0)
     model = NetWithAux().to(device)  # Net plus `aux`, a second classifier on its features

@@ -10,11 +10,10 @@ interleave inside a line. The fixes are torchrun's own options: `--tee 3 --log-d
 """
 
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.pitfall_harness import write_metrics
 
 
@@ -26,12 +25,7 @@ def main():
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     dist.barrier()  # start together, to make the interleaving likely
     for i in range(args.lines):

@@ -8,11 +8,10 @@ world_size-th sample, `range(rank, size, world_size)`: uneven shares, no sample 
 """
 
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.pitfall_harness import report_shares
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -26,12 +25,7 @@ def main():
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     dataset = list(range(args.size))
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)

@@ -11,10 +11,9 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn.functional as F
 from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.glyphs import Net, lr_at
 from common.run_record import StepClock, write_metrics
 from common.scores import evaluate
@@ -38,13 +37,9 @@ def main():
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
+    device, backend = init_distributed(args.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         same_gpu_kernels()  # no autotuned cuDNN, no TF32: a resumed run can match
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)

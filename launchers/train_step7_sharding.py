@@ -20,11 +20,10 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.distributed.nn  # noqa: F401 - before init_process_group: see ddp_first_run.py
 import torch.nn as nn
 import torch.nn.functional as F
 from common.chain_setup import same_gpu_kernels
-from common.devices import device_and_backend
+from common.devices import init_distributed
 from common.glyphs import lr_at, make_dataset
 from common.rank_memory import DeepNet, RankMemory, memory_kind, trained_state
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -162,13 +161,9 @@ def main():
 
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]), n_gpus)
+    device, backend = init_distributed(args.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
         same_gpu_kernels()  # compared weight by weight: no kernel noise for AdamW to grow
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
     if rank == 0:
         print(f"{world_size} rank(s), backend {backend}", flush=True)
 

@@ -143,26 +143,42 @@ def test_the_course_table_names_every_launcher_its_notebook_writes():
 
 
 IMPORTED_PICK = "from common.devices import device_and_backend"  # launchers/common/devices.py
+IMPORTED_PREAMBLE = "from common.devices import init_distributed"  # its torchrun preamble
+
+
+# notebook 03's task check: its own gloo groups on CPU ranks, whatever the machine has
+CPU_BY_DESIGN = {"broadcast_check_ranks.py"}
 
 
 def launchers_with_a_process_group() -> list[Path]:
-    return [p for p in sorted(LAUNCHERS.glob("*.py")) if "init_process_group(" in p.read_text()]
+    """The launchers and the modules beside them that join a process group (layout_mains.py
+    does it for notebook 12's launchers); devices.py defines init_distributed."""
+    files = sorted(LAUNCHERS.glob("*.py")) + sorted((LAUNCHERS / "common").glob("*.py"))
+    return [p for p in files if p.name not in CPU_BY_DESIGN and p.name != "devices.py"
+            and re.search(r"\b(init_process_group|init_distributed)\(", p.read_text())]
 
 
-@pytest.mark.parametrize("launcher", launchers_with_a_process_group(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("launcher", launchers_with_a_process_group(),
+                         ids=lambda p: str(p.relative_to(LAUNCHERS).with_suffix("")))
 def test_device_and_backend_are_chosen_in_one_place_for_every_tier(launcher, monkeypatch):
     """The GPU tiers cannot run here: their choice is one function that the CPU runs call too,
     tested here for the environments of each tier (LOCAL_WORLD_SIZE, not WORLD_SIZE)."""
     source = launcher.read_text()
-    assert "def device_and_backend(" in source or IMPORTED_PICK in source, (
-        f"{launcher.name}: pick device and backend with device_and_backend(requested, local_rank, "
-        f"local_world_size, n_gpus): `{IMPORTED_PICK}` (notebook 03's launcher writes it out)")
-    assert "device_id=" in source, f"{launcher.name}: pass device_id= to init_process_group"
+    if not re.search(r"^from common\.devices import .*\binit_distributed\b", source, re.M):
+        assert "def device_and_backend(" in source or IMPORTED_PICK in source, (
+            f"{launcher.name}: join the process group with `{IMPORTED_PREAMBLE}` "
+            f"(init_distributed(args.device)), or pick device and backend with "
+            f"device_and_backend(requested, local_rank, local_world_size, n_gpus): "
+            f"`{IMPORTED_PICK}` (notebook 03's launcher writes it out)")
+        assert "device_id=" in source, f"{launcher.name}: pass device_id= to init_process_group"
     monkeypatch.syspath_prepend(str(LAUNCHERS))  # as under torchrun: its folder is importable
     spec = importlib.util.spec_from_file_location(launcher.stem, launcher)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # a launcher runs only under `if __name__ == "__main__"`
-    pick = module.device_and_backend
+    if hasattr(module, "device_and_backend"):
+        pick = module.device_and_backend
+    else:  # init_distributed picks with the device_and_backend of its own module
+        pick = sys.modules[module.init_distributed.__module__].device_and_backend
     # 2 nodes x 8 GPUs: 16 ranks, 8 on this node, one GPU each
     assert pick("cuda", 3, 8, 8) == (torch.device("cuda", 3), "nccl")
     assert pick("cuda", 0, 2, 1) == (torch.device("cuda", 0), "gloo")  # 2 ranks share a GPU

@@ -20,7 +20,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from common.devices import device_and_backend
+from common.devices import init_distributed
 
 
 class Watch:
@@ -159,12 +159,7 @@ def main(own):
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device, backend = device_and_backend(args.device, int(os.environ["LOCAL_RANK"]),
-                                         int(os.environ["LOCAL_WORLD_SIZE"]),
-                                         torch.cuda.device_count() if args.device == "cuda" else 0)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    device, backend = init_distributed(args.device)
     # gloo copies CUDA tensors through host memory for its collectives, but its send/recv
     # take CPU tensors only: with gloo (ranks sharing a GPU) the tensors stay on the CPU
     device = device if backend == "nccl" else torch.device("cpu")
