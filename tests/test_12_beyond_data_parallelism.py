@@ -39,9 +39,14 @@ def test_beyond_data_parallelism_notebook(tmp_path, monkeypatch):
     nproc = 2
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the tasks solved, as in the browser's run
     r = execute_notebook("12", tmp_path, NPROC=nproc)
-    # the formula's bubble lies inside the run's spread: every stage's idle share, every step
-    assert {t["name"]: t["outcome"] for t in r["tasks"]} == {"megatron_mlp": "solved",
-                                                             "bubble": "solved"}
+    # the reference predicts the formula's bubble, right where it lies inside the run's spread
+    # (every stage's idle share, every step): sends and Python can lift the whole spread above
+    # it on a loaded CPU, and the task then says NOT YET and why, as it would to a learner
+    m, low, high = r["bubble_judged_m"], r["bubble_judged_low"], r["bubble_judged_high"]
+    assert m == 1 and 0 < low <= r["bubble_m1"] <= high < 1  # solutions/12: bubble_m = 1
+    inside = low <= r["bubble_formula_m1"] <= high
+    assert {t["name"]: t["outcome"] for t in r["tasks"]} == {
+        "megatron_mlp": "solved", "bubble": "solved" if inside else "not yet"}
     assert r["world_size"] == nproc and r["backend"] == "gloo" and r["mesh_backend"] == "gloo"
     # every layout trains the one-process model (float64)
     diffs = [k for k in r if k.endswith("_max_diff")]
