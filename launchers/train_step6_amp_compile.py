@@ -183,8 +183,6 @@ def train(args, rank, world_size, device, backend):
         writer.close()
     compiled_graphs = 0
     if args.compile:  # how many graphs Dynamo compiled: 0 would mean it compiled nothing
-        from torch._dynamo.utils import counters
-
         compiled_graphs = counters["stats"]["unique_graphs"]
     checksum = sum(p.double().sum().item() for p in model.parameters())
     write_metrics(args.out, {"checksum": checksum, "samples_seen": seen},  # gathers: every rank

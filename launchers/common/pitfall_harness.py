@@ -17,12 +17,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-# before init_process_group (torch 2.13): DDP imports this module, whose functions keep the
-# process group as a default argument when it exists, so that destroy_process_group could
-# not end the group; imported first (the launchers import this file at their top), they
-# keep None
-import torch.distributed.nn  # noqa: F401
-
 from common.glyphs import Net
 
 
