@@ -28,6 +28,10 @@ STACK_FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (.+)$')  # faulthandle
 # launchers/ddp_first_run.py); this stays tolerated, loudly, for launchers written otherwise.
 TEARDOWN_ABORT = "terminate called without an active exception"
 NOTHING = "(none: it printed nothing)"
+# How a rank fails when gloo's TCP pairs do not connect while the group forms: seen once in
+# about 600 launches of a CI run on a loaded 2-core host ("Connection closed by peer" from a
+# healthy peer), a transient known from torch's own CI (pytorch/pytorch#53270)
+GLOO_CONNECT_FAILED = "Gloo connectFullMesh failed"
 
 SIGNAL_MEANING = {
     "SIGKILL": "killed by SIGKILL: often the out-of-memory killer, or a kill -9",
@@ -178,6 +182,15 @@ class RunResult:
         failed = self.failed_rank()
         own = self.rank_lines(failed) if failed is not None else []
         return TEARDOWN_ABORT in own[-3:] and not any(t.startswith("Traceback") for t in own)
+
+    @property
+    def gloo_connect_failed(self) -> bool:
+        """No work done (no metrics.json) and the failing rank's error is gloo's connect
+        failing while its process group formed (GLOO_CONNECT_FAILED)."""
+        if self.ok or self.timed_out or (self.out_dir / "metrics.json").exists():
+            return False
+        traceback = self.traceback()
+        return traceback is not None and any(GLOO_CONNECT_FAILED in t for t in traceback.exception)
 
     def rank_lines(self, rank: int) -> list[str]:
         return [text for r, text in self.lines if r == rank]

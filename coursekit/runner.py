@@ -16,7 +16,9 @@ What this adds to a bare ``subprocess.run(["torchrun", ...])``:
   explained, its exception whole, the key line of its traceback) and where the logs are
   (the failure report: ``result.py``; what is shown while it runs: ``echo.py``);
 - torchrun's log files kept in the run's own directory, a free port for every run
-  (``--standalone``), so two runs can proceed at once.
+  (``--standalone``), so two runs can proceed at once;
+- a one-machine run whose rank failed in gloo's connect while the group formed, before any
+  work (``result.GLOO_CONNECT_FAILED``), launched once more, with a WARNING that says so.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import psutil
 from . import replay
 from .config import Setup
 from .echo import Echo, _parse_hooked, check_echo
-from .result import TEARDOWN_ABORT, LauncherFailed, LauncherTimeout, RunResult
+from .result import GLOO_CONNECT_FAILED, TEARDOWN_ABORT, LauncherFailed, LauncherTimeout, RunResult
 
 GRACE_S = 3.0  # how long torchrun gets to stop its workers before everything is killed
 
@@ -239,10 +241,15 @@ def run_command(
     timeout_s = setup.timeout_s if timeout_s is None else timeout_s
     run_dir = run_dir or fresh_run_dir(setup, name)
     torchrun = "torch.distributed.run" in cmd or Path(cmd[0]).name == "torchrun"
-    result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir, script=script,
-                       timeout_s=timeout_s, torchrun=torchrun)  # fmt: skip
-    shower = Echo(echo, name, progress, main_rank=0 if torchrun else None)
-    shower.command(shown or cmd)
+
+    def attempt() -> tuple[RunResult, Echo]:
+        result = RunResult(name=name, cmd=list(cmd), nproc=nproc, run_dir=run_dir,
+                           script=script, timeout_s=timeout_s, torchrun=torchrun)  # fmt: skip
+        shower = Echo(echo, name, progress, main_rank=0 if torchrun else None)
+        shower.command(shown or cmd)
+        return result, shower
+
+    result, shower = attempt()
     key = record = None
     if replay.enabled():  # the test suite's: an identical earlier launch is replayed
         key = replay.launch_key(cmd, env or {}, run_dir=run_dir, runs_dir=setup.runs_dir,
@@ -252,6 +259,17 @@ def run_command(
         _replay(record, key, result, shower, on_line, setup)
     else:
         _launch(cmd, env, result, shower, on_line, stop, echo)
+        # one machine's run only: a node of a multi-node job cannot start again alone
+        alone = torchrun and "--standalone" in cmd and not (stop is not None and stop.is_set())
+        if alone and result.gloo_connect_failed:
+            print(f"WARNING: {name}: rank {result.failed_rank()} could not connect gloo's "
+                  f"process group ({GLOO_CONNECT_FAILED!r}), before any work: a transient of "
+                  "gloo's TCP connect, not of the launcher; launching it once more.",
+                  flush=True)  # fmt: skip
+            shutil.rmtree(result.log_dir)
+            result.log_dir.mkdir()
+            result, shower = attempt()
+            _launch(cmd, env, result, shower, on_line, stop, echo)
         if key and not (stop is not None and stop.is_set()):
             replay.record(key, result, setup.runs_dir)
     if result.timed_out:

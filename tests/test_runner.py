@@ -92,6 +92,24 @@ def test_failure_can_be_returned_instead_of_raised(setup):
     assert "ValueError: planted failure on rank 1" in run.failure()
 
 
+def test_a_gloo_connect_failure_is_launched_once_more_and_said(setup, capsys):
+    run = coursekit.run_launcher(BEHAVE, ["--mode", "gloo-connect-once"], setup=setup,
+                                 nproc=3, echo=False)  # fmt: skip
+    assert run.ok and (run.out_dir / "attempts").read_text() == "attempt\n" * 2
+    said = capsys.readouterr().out
+    assert "WARNING: behave: rank 1 could not connect gloo's process group" in said
+    assert "launching it once more" in said
+    assert "Gloo connectFullMesh" not in run.log()  # the run returned is the second attempt's
+
+
+def test_a_second_gloo_connect_failure_is_reported(setup):
+    with pytest.raises(coursekit.LauncherFailed) as caught:
+        coursekit.run_launcher(BEHAVE, ["--mode", "gloo-connect-always"], setup=setup,
+                               nproc=3, echo=False)  # fmt: skip
+    assert "Gloo connectFullMesh failed with [planted]" in str(caught.value)
+    assert (caught.value.result.out_dir / "attempts").read_text() == "attempt\n" * 2
+
+
 WAYS = """
 import argparse, os, signal, time
 import torch.distributed as dist

@@ -4,6 +4,9 @@
 --mode slow   : rank 0 prints, waits, prints again (live streaming would show)
 --mode fail   : rank 1 raises a planted error after the others reach a barrier
 --mode hang   : rank 0 waits in an all-reduce the others never join; they sleep forever
+--mode gloo-connect-once / gloo-connect-always: rank 1 fails before the group forms with gloo's
+                connect error (planted text: the real one cannot be provoked at will) on its
+                first attempt / on every attempt; each attempt adds a line to OUT/attempts
 --token is only there so the tests can find these processes by their command line.
 """
 
@@ -15,12 +18,21 @@ import torch
 import torch.distributed as dist
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--mode", required=True, choices=["chatty", "slow", "fail", "hang"])
+MODES = ["chatty", "slow", "fail", "hang", "gloo-connect-once", "gloo-connect-always"]
+parser.add_argument("--mode", required=True, choices=MODES)
 parser.add_argument("--token", default="")
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--out", default="out")
 args = parser.parse_args()
 
+if args.mode.startswith("gloo-connect") and os.environ["RANK"] == "1":
+    os.makedirs(args.out, exist_ok=True)
+    attempts = os.path.join(args.out, "attempts")
+    first = not os.path.exists(attempts)
+    with open(attempts, "a") as f:
+        f.write("attempt\n")
+    if first or args.mode == "gloo-connect-always":
+        raise RuntimeError("Gloo connectFullMesh failed with [planted] Connection closed by peer")
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 if args.mode == "chatty":
