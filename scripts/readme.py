@@ -9,7 +9,8 @@
 - figures inside a sentence, ``<!-- generated: NAME -->...<!-- /generated -->``:
   ``verify-time`` and ``test-time`` (the record's "make verify" and "make test" stages) and
   ``course-length`` (the sum of the notebooks' class budgets, coursekit.report.class_minutes
-  of the record's verify seconds).
+  of the record's verify seconds); ``tasks`` (the notebooks' tasks, counted by the same
+  function).
 
 Every figure comes from .ci/last-fresh-clone.json (scripts/ci_times.py). The files scanned:
 README.md, CONTRIBUTING.md, docker/README.md and docs/*.md (not docs/claims.md, which
@@ -88,10 +89,23 @@ def course_length(figures: dict) -> str:
             f"{len(notebooks)} notebooks' class budgets added up; {counted})")
 
 
+def task_counts(figures: dict) -> str:
+    """How many tasks the notebooks give, of each kind (coursekit.report.class_minutes's count)."""
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    counts = [class_minutes(nb, None) for nb in notebooks]
+    fewest = min(c["n_exercises"] + c["n_predictions"] for c in counts)
+    writing = sum(c["n_exercises"] > 0 for c in counts)
+    return (f"each of the {len(counts)} notebooks gives you at least {fewest} tasks "
+            f"({sum(c['n_predictions'] for c in counts)} predictions, "
+            f"{sum(c['n_exercises'] for c in counts)} pieces of code to write in {writing} "
+            "notebooks)")
+
+
 FIGURES: dict[str, Callable[[dict], str]] = {
     "verify-time": stage_time("make verify"),
     "test-time": stage_time("make test"),
     "course-length": course_length,
+    "tasks": task_counts,
 }
 
 
