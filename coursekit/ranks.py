@@ -35,6 +35,7 @@ import traceback
 from dataclasses import dataclass
 
 from .config import Setup
+from .result import GLOO_CONNECT_FAILED
 
 CELL = "<cell>"  # the file name a cell's code runs under on the ranks
 _NAMESPACE: dict = {}  # on a rank: the names its cells define, kept from cell to cell
@@ -142,24 +143,48 @@ class Ranks:
               f"a collective that waits more than {self.timeout_s:g} s ends with an error")
         return self
 
-    def _form_group(self) -> None:
+    def _form_group(self, again: bool = True) -> None:
         port = _free_port()
         calls = [self.client[engine].apply_async(_join, rank, self.n, port, self.backend,
                                                  self.device, self.timeout_s)
                  for rank, engine in enumerate(self.engines)]  # fmt: skip
+        deadline = time.monotonic() + 60 + self.timeout_s
+        # the first rank to fail ends the wait: the others may wait for it until their timeout
+        while not all(call.ready() for call in calls) and time.monotonic() < deadline:
+            if any(call.ready() and not call.successful() for call in calls):
+                break
+            time.sleep(0.05)
+        failed = [str(c.exception()) for c in calls if c.ready() and not c.successful()]
+        if again and any(GLOO_CONNECT_FAILED in f for f in failed):  # see runner.py
+            print(f"WARNING: a rank could not connect gloo's process group "
+                  f"({GLOO_CONNECT_FAILED!r}): a transient of gloo's TCP connect; the ranks "
+                  "are started again", flush=True)  # fmt: skip
+            self._restart()
+            self._form_group(again=False)
+            return
         for call in calls:
-            call.get(timeout=60 + self.timeout_s)
+            call.get(timeout=max(0.1, deadline - time.monotonic()))
 
     def _revive(self) -> None:
         """Start the ranks anew (their names are lost) and form the group again."""
         print("the live ranks are restarted: a rank was stuck or its process died", flush=True)
-        self.cluster.restart_engines_sync()
-        self.client.wait_for_engines(self.n, timeout=120)
+        self._restart()
         self._form_group()
+
+    def _restart(self) -> None:
+        """Stop every rank's process and start new ones; return once the new ones registered
+        (the controller may still list a stopped one for a moment)."""
+        old = set(self.client.ids)
+        self.cluster.restart_engines_sync()
+        deadline = time.monotonic() + 120
+        while len(set(self.client.ids) - old) < self.n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {self.n} live ranks did not start again within 120 s")
+            time.sleep(0.1)
 
     @property
     def engines(self) -> list[int]:
-        return sorted(self.client.ids)[: self.n]
+        return sorted(self.client.ids)[-self.n :]  # the newest: see _restart
 
     def run(self, code: str, ranks=None, timeout_s: float | None = None,
             on_interrupt=None) -> list[RankOutcome]:  # fmt: skip
