@@ -19,7 +19,6 @@ The rendezvous arguments (the multi-node wiring) stay with the caller, in plain 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from .config import Setup
 from .echo import Echo, check_echo
-from .result import LauncherFailed, LauncherTimeout, RunResult, _label
+from .result import LauncherFailed, LauncherTimeout, RunResult, _label, read_metrics
 from .runner import fresh_run_dir, run_launcher
 
 
@@ -56,10 +55,7 @@ class JobResult:
 
     @property
     def metrics(self) -> dict:
-        path = self.out_dir / "metrics.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{self.name} wrote no {path} (did rank 0 reach the end?)")
-        return json.loads(path.read_text())
+        return read_metrics(self.name, self.out_dir)
 
     def rank_lines(self, rank: int) -> list[str]:
         return [text for _, r, text in self.lines if r == rank]

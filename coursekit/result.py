@@ -139,6 +139,15 @@ def parse_traceback(lines: Sequence[str], hooked: Sequence[bool] | None = None) 
     return Traceback(exception=exception, frames=frames)
 
 
+def read_metrics(name: str, out_dir: Path) -> dict:
+    """What rank 0 of run ``name`` wrote to ``out_dir/metrics.json``, or an error that says it
+    wrote none."""
+    path = out_dir / "metrics.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{name} wrote no {path} (did rank 0 reach the end?)")
+    return json.loads(path.read_text())
+
+
 @dataclass
 class RunResult:
     name: str
@@ -213,10 +222,7 @@ class RunResult:
     @property
     def metrics(self) -> dict:
         """What rank 0 wrote to ``--out DIR/metrics.json``."""
-        path = self.out_dir / "metrics.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{self.name} wrote no {path} (did rank 0 reach the end?)")
-        return json.loads(path.read_text())
+        return read_metrics(self.name, self.out_dir)
 
     def _root_cause_field(self, pattern: re.Pattern) -> int | None:
         torchrun_lines = [text for r, text in self.lines if r is None]

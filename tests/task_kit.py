@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -62,6 +63,16 @@ def mistakes(catalogue: str) -> dict[str, str]:
     base = edited(reference, getattr(table, "SHARED", []), f"{catalogue}: SHARED")
     return {name: edited(base, edits, f"{catalogue}: {name}")
             for name, edits in table.MISTAKES.items()}  # fmt: skip
+
+
+def wrong_answers(notebook: str, into: Path, launchers: dict[str, tuple[str, str]]) -> Path:
+    """A notebook's wrong answers (COURSE_SOLUTIONS) in ``into``: a copy of
+    tests/solutions_wrong/<notebook>, and each launcher file name -> (catalogue, mistake)
+    written from its catalogue (a planted mistake, not a copy of the whole file)."""
+    shutil.copytree(ROOT / "tests" / "solutions_wrong" / notebook, into)
+    for name, (catalogue, mistake) in launchers.items():
+        (into / name).write_text(mistakes(catalogue)[mistake], encoding="utf-8")
+    return into
 
 
 def planted(catalogue: str, folder: Path) -> dict[str, Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import ROOT, execute_notebook, notebook_path, processes_with
-from task_kit import facts_of_each, load_module, planted, solved, task_checks
+from task_kit import facts_of_each, load_module, planted, solved, task_checks, wrong_answers
 
 PITFALLS = ["hang", "desync"]
 STEM = "08_pitfalls_and_debugging"
@@ -67,9 +67,11 @@ def test_every_pitfall_reproduced_and_fixed(nproc, tmp_path, monkeypatch):
 def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
     """3 ranks (the browser's run: its launches, which the answers do not change, replay there;
     make verify runs 2 at full size), the wrong answers of solutions_wrong/nb08 (the last rank
-    said to wait in the backward; a fix of the stop alone, which still hangs in log_metrics):
-    both tasks NOT YET, and the notebook runs to its end."""
-    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb08"))
+    said to wait in the backward) and the catalogue's fix of the stop alone (still hangs in
+    log_metrics): both tasks NOT YET, and the notebook runs to its end."""
+    wrong = wrong_answers("nb08", tmp_path / "wrong",
+                          {"pitfall_logging.py": ("logging_fix", "only_stop_fixed")})  # fmt: skip
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
     r = execute_notebook("08", tmp_path, NPROC=3)
     assert_every_pitfall(r)
     assert solved(r) == {"where_stuck": "not yet", "logging_fix": "not yet"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import ROOT, execute_notebook, notebook_path, processes_with
-from task_kit import facts_of_each, load_module, planted, solved, task_checks
+from task_kit import facts_of_each, load_module, planted, solved, task_checks, wrong_answers
 
 import coursekit
 
@@ -87,9 +87,11 @@ def test_reference_solution_two_ranks(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_wrong_solution_three_ranks(tmp_path, monkeypatch):
-    """3 ranks, the wrong answers of solutions_wrong/nb09 (the padding taken from the end; only
-    the hang fixed): both tasks NOT YET, and the notebook runs to its end."""
-    monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb09"))
+    """3 ranks, the wrong answers of solutions_wrong/nb09 (the padding taken from the end) and
+    the catalogue's fix of the hang alone: both tasks NOT YET, and the notebook runs to its end."""
+    hang_fixed = {"pitfalls_exercise.py": ("pitfalls_exercise", "only_hang_fixed")}
+    wrong = wrong_answers("nb09", tmp_path / "wrong", hang_fixed)
+    monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
     r = execute_notebook("09", tmp_path, NPROC=3)
     assert_every_pitfall(r)
     assert r["exercise_passed"] is False
