@@ -32,8 +32,6 @@ import math
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 # tensors of the size of the parameters that each optimizer keeps
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
-DP_PHASES = ("scatter", "replicate", "forward", "gather", "loss", "scatter_grads", "backward",
-             "reduce", "step")  # fmt: skip
 
 
 def _check(name: str, value, minimum: float = 0) -> None:
