@@ -28,9 +28,9 @@ STACK_FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (.+)$')  # faulthandle
 # launchers/ddp_first_run.py); this stays tolerated, loudly, for launchers written otherwise.
 TEARDOWN_ABORT = "terminate called without an active exception"
 NOTHING = "(none: it printed nothing)"
-# How a rank fails when gloo's TCP pairs do not connect while the group forms: seen once in
-# about 600 launches of a CI run on a loaded 2-core host ("Connection closed by peer" from a
-# healthy peer), a transient known from torch's own CI (pytorch/pytorch#53270)
+# How a rank fails when gloo's TCP pairs do not connect while the group forms: seen once in a
+# whole CI run of the suite, on a launcher that only prints ("Connection closed by peer"), a
+# transient known from torch's own CI (pytorch/pytorch#53270)
 GLOO_CONNECT_FAILED = "Gloo connectFullMesh failed"
 
 SIGNAL_MEANING = {
