@@ -2,36 +2,29 @@
 
     torchrun --nproc-per-node 2 launchers/train_step7_sharding.py --strategy ddp fsdp
 
-Notebook 05's training loop at its core (no accumulation, AMP, compile, logging, evaluation
-or resume) with one new option, --strategy: ddp (every rank holds everything), zero (DDP +
-ZeroRedundancyOptimizer: each rank keeps the optimizer state of its share, ZeRO stage 1) or
-fsdp (FSDP2's fully_shard: parameters, gradients and optimizer state all sharded). Several
-train in turn from the same seed, in the same processes, each in --dtype float32 and/or
-float64; each rank counts what it holds (common/rank_memory.py). --dcp DIR: the FSDP2 runs
-save a distributed checkpoint there and load it back. Rank 0 writes OUT/metrics.json and,
-per run, OUT/<strategy>-<dtype>/params.pt and probe.pt.
+Notebook 05's loop at its core, with one new option, --strategy: ddp, zero (DDP + ZeRO-1's
+ZeroRedundancyOptimizer) or fsdp (FSDP2's fully_shard), each in each --dtype, in turn, from
+the same seed. Options, data, records: common/sharding_runs.py.
 """
 
 import argparse
-import json
 import os
 import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 import torch.nn.functional as F
 from common.chain_setup import same_gpu_kernels
 from common.devices import init_distributed
-from common.glyphs import lr_at, make_dataset
-from common.rank_memory import DeepNet, RankMemory, memory_kind, trained_state
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from common.glyphs import lr_at
+from common.rank_memory import DeepNet, RankMemory, trained_state
+from common.sharding_runs import dcp_round_trip, record_run, run_data, run_options, write_runs
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler
 
 
 def wrap(model, strategy, device, lr):
@@ -52,39 +45,17 @@ def wrap(model, strategy, device, lr):
     return ddp_model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
 
-def checkpoint_round_trip(model, optimizer, strategy, folder, args, device, probe_x, probe_out):
-    """Save a distributed checkpoint, load it into a fresh model wrapped the same way, and
-    return the largest difference of the two models' outputs on the probe batch."""
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder)
-    torch.manual_seed(1)  # a fresh model with other weights
-    fresh = DeepNet(args.classes, args.width, args.norm, args.depth).to(device, probe_x.dtype)
-    fresh, fresh_optimizer = wrap(fresh, strategy, device, args.lr)
-    inner = fresh.module if isinstance(fresh, DDP) else fresh
-    model_state, optim_state = get_state_dict(inner, fresh_optimizer)
-    state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=folder)  # each rank reads the shards it owns
-    set_state_dict(inner, fresh_optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
-    fresh.eval()
-    with torch.no_grad():
-        return (fresh(probe_x).cpu() - probe_out).abs().max().item()
-
-
 def train(strategy, dtype, args, device, out):
     """One training run from seed 0: what each rank held, its step times, the trained model."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     ledger = RankMemory(device)  # what this rank holds, counted (common/rank_memory.py)
     torch.manual_seed(0)  # the same initial weights everywhere, whatever the strategy
     model = DeepNet(args.classes, args.width, args.norm, args.depth).to(device, dtype)
-    size = {"image_size": args.image_size, "classes": args.classes, "noise": args.noise}
-    train_x, train_y = make_dataset(args.train_size, seed=1, **size)
-    train_x = train_x.to(dtype)
-    ledger.before_wrapping(model, train_x[: args.batch_size].to(device))
+    train_set, probe_x = run_data(args, dtype, device)
+    ledger.before_wrapping(model, train_set.tensors[0][: args.batch_size].to(device))
     train_model, optimizer = wrap(model, strategy, device, args.lr)
     ledger.wrapped()
 
-    train_set = TensorDataset(train_x, train_y)
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
     total_steps = args.epochs * len(loader)
@@ -116,67 +87,31 @@ def train(strategy, dtype, args, device, out):
             print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}", flush=True)
 
     held = ledger.held(model, optimizer)
-    if strategy == "ddp" or rank == 0:  # ZeRO/FSDP: rank 0's view, DDP: every rank's
-        print(f"rank {rank}: parameters {held['param_bytes']} B, gradients {held['grad_bytes']} "
-              f"B, optimizer state {held['optimizer_bytes']} B", flush=True)
-    probe_x = make_dataset(16, seed=3, **size)[0].to(device, dtype)
     params, probe_out = trained_state(model, train_model, probe_x)  # whole, on every rank
     reload_diff = None
     if args.dcp and strategy == "fsdp":  # each rank writes its own shards; nothing is gathered
+        torch.manual_seed(1)  # a fresh model with other weights, wrapped the same way
+        fresh = DeepNet(args.classes, args.width, args.norm, args.depth).to(device, dtype)
         folder = os.path.join(args.dcp, os.path.basename(out))
-        reload_diff = checkpoint_round_trip(model, optimizer, strategy, folder, args, device,
-                                            probe_x, probe_out)
-    gathered = [None] * world_size
-    dist.gather_object(held, gathered if rank == 0 else None)
-    if rank == 0:
-        os.makedirs(out, exist_ok=True)
-        torch.save(params, os.path.join(out, "params.pt"))
-        torch.save({"x": probe_x.cpu(), "out": probe_out}, os.path.join(out, "probe.pt"))
+        reload_diff = dcp_round_trip(model, optimizer, *wrap(fresh, strategy, device, args.lr),
+                                     folder, probe_x, probe_out)
     del train_model  # release DDP before the next run and the process group (ddp_first_run.py)
-    return {"ranks": gathered, "strategy": strategy, "dtype": str(dtype).split(".")[1],
-            "n_params": n_params, "steps": step, "losses": losses,
-            "step_times_s": step_times[2:] or step_times,  # the first steps warm up
-            "dcp_reload_max_diff": reload_diff}
+    return record_run(out, held, params, probe_x, probe_out, strategy=strategy,
+                      dtype=str(dtype).split(".")[1], n_params=n_params, steps=step, losses=losses,
+                      step_times_s=step_times[2:] or step_times,  # the first steps warm up
+                      dcp_reload_max_diff=reload_diff)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--width", type=int, default=16)
-    parser.add_argument("--depth", type=int, default=1, help="conv blocks of width 2W at the end")
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=8)
-    parser.add_argument("--train-size", type=int, default=4096)
-    parser.add_argument("--noise", type=float, default=0.3)
-    parser.add_argument("--norm", choices=["batch", "layer"], default="batch")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--warmup", type=int, default=10, help="optimizer steps")
-    parser.add_argument("--strategy", nargs="+", choices=["ddp", "zero", "fsdp"], default=["ddp"])
-    parser.add_argument("--dtype", nargs="+", choices=["float32", "float64"], default=["float32"])
-    parser.add_argument("--dcp", default=None, help="folder for the FSDP2 runs' checkpoints")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
-    args = parser.parse_args()
-
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
+    args = run_options(argparse.ArgumentParser(description=__doc__.split("\n")[0])).parse_args()
     device, backend = init_distributed(args.device)
     if device.type == "cuda":
         same_gpu_kernels()  # compared weight by weight: no kernel noise for AdamW to grow
-    if rank == 0:
-        print(f"{world_size} rank(s), backend {backend}", flush=True)
-
-    runs = {}  # every strategy in turn, in these same processes: one start-up for them all
-    for dtype in args.dtype:
-        for strategy in args.strategy:
-            name = f"{strategy}-{dtype}"
-            runs[name] = train(strategy, getattr(torch, dtype), args, device,
-                               os.path.join(args.out, name))
-    if rank == 0:
-        with open(os.path.join(args.out, "metrics.json"), "w") as f:
-            json.dump({"world_size": world_size, "backend": backend, "runs": runs,
-                       "memory_kind": memory_kind(device)}, f)
+    if dist.get_rank() == 0:
+        print(f"{dist.get_world_size()} rank(s), backend {backend}", flush=True)
+    runs = {f"{s}-{d}": train(s, getattr(torch, d), args, device, f"{args.out}/{s}-{d}")
+            for d in args.dtype for s in args.strategy}  # in turn, in these processes: one start
+    write_runs(args.out, runs, backend, device)
     dist.destroy_process_group()
 
 
