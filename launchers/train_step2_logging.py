@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
 from common.devices import init_distributed
 from common.glyphs import Net, lr_at
+from common.rank0_log import Rank0Log
 from common.run_record import StepClock, write_metrics
 from common.scores import evaluate
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
-from torch.utils.tensorboard import SummaryWriter
 
 
 def main():
@@ -43,16 +43,13 @@ def main():
     total_steps = args.epochs * steps_per_epoch
     samples_per_step = args.batch_size * world_size
 
-    writer = None
-    if rank == 0:  # rank 0 prints for everyone
-        writer = SummaryWriter(os.path.join(args.out, "tb"))  # one writer, on rank 0 only
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
+    log = Rank0Log(args.out, rank, total_steps, samples_per_step)  # rank 0 logs for everyone
+    n_params = sum(p.numel() for p in model.parameters())
+    log.print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}")
 
-    test_acc, test_loss = evaluate(model, test_x, test_y, device) if rank == 0 else (0, 0)
-    evals = [{"step": 0, "test_acc": test_acc, "test_loss": test_loss}]
-    losses, seen, step, clock = [], 0, 0, StepClock(device)  # clock: each step's time
+    log.evaluated(0, *(evaluate(model, test_x, test_y, device) if rank == 0 else (0, 0)))
+    seen, step, clock = 0, 0, StepClock(device)  # clock: each step's time
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle every epoch, the same permutation on all ranks
         for x, y in loader:
@@ -65,29 +62,18 @@ def main():
             optimizer.zero_grad(set_to_none=True)
             step += 1
             clock.step()
-            if rank == 0:
-                losses.append(loss.item())
-                if step % max(1, total_steps // 20) == 0 or step == total_steps:  # progress
-                    print(f"step {step}/{total_steps}  loss {loss.item():.4f}", flush=True)
-                writer.add_scalar("train/loss", loss.item(), step)
-                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
-                writer.add_scalar("train/samples_per_s", samples_per_step / clock.times[-1], step)
-        test_acc, test_loss = evaluate(model, test_x, test_y, device) if rank == 0 else (0, 0)
-        evals.append({"step": step, "test_acc": test_acc, "test_loss": test_loss})
-        if rank == 0:
-            writer.add_scalar("test/accuracy", test_acc, step)
-            writer.add_scalar("test/loss", test_loss, step)
-            print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
-                  f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
+            log.step(step, loss, optimizer.param_groups[0]["lr"], clock.times[-1])
+        scores = evaluate(model, test_x, test_y, device) if rank == 0 else (0, 0)  # rank 0 alone
+        log.epoch_end(epoch, step, loss, *scores)
         clock.restart()  # evaluation time is not step time
 
     if rank == 0:
         torch.save(model.state_dict(), os.path.join(args.out, "model.pt"))  # the final weights
-        writer.close()
+    log.close()
     checksum = sum(p.double().sum().item() for p in model.parameters())
     write_metrics(args.out, {"checksum": checksum, "samples_seen": seen},  # gathers: every rank
-                  world_size=world_size, backend=backend, steps=step, losses=losses,
-                  evals=evals, **clock.figures())
+                  world_size=world_size, backend=backend, steps=step, losses=log.losses,
+                  evals=log.evals, **clock.figures())
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

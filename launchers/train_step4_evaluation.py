@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
 from common.devices import init_distributed
 from common.glyphs import Net, lr_at
+from common.rank0_log import Rank0Log
 from common.run_record import StepClock, write_metrics
 from common.scores import score_totals
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
-from torch.utils.tensorboard import SummaryWriter
 
 
 def evaluate(model, x, y, device):
@@ -73,16 +73,13 @@ def main():
     total_steps = args.epochs * steps_per_epoch
     samples_per_step = args.batch_size * world_size
 
-    writer = None
-    if rank == 0:  # rank 0 prints for everyone
-        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)  # one writer
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
+    log = Rank0Log(args.out, rank, total_steps, samples_per_step, start_step)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}")
 
-    test_acc, test_loss = evaluate(model, test_x, test_y, device)
-    evals = [{"step": start_step, "test_acc": test_acc, "test_loss": test_loss}]
-    losses, seen, step, clock = [], 0, start_step, StepClock(device)  # clock: each step's time
+    log.evaluated(start_step, *evaluate(model, test_x, test_y, device))
+    seen, step, clock = 0, start_step, StepClock(device)  # clock: each step's time
     for epoch in range(start_step // steps_per_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle every epoch, the same permutation on all ranks
         skip = start_step % steps_per_epoch if epoch == start_step // steps_per_epoch else 0
@@ -96,13 +93,7 @@ def main():
             optimizer.zero_grad(set_to_none=True)
             step += 1
             clock.step()
-            if rank == 0:
-                losses.append(loss.item())
-                if step % max(1, total_steps // 20) == 0 or step == total_steps:  # progress
-                    print(f"step {step}/{total_steps}  loss {loss.item():.4f}", flush=True)
-                writer.add_scalar("train/loss", loss.item(), step)
-                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
-                writer.add_scalar("train/samples_per_s", samples_per_step / clock.times[-1], step)
+            log.step(step, loss, optimizer.param_groups[0]["lr"], clock.times[-1])
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 if rank == 0:
                     save_checkpoint(os.path.join(args.out, "checkpoint.pt"), model, optimizer, step)
@@ -110,22 +101,16 @@ def main():
                 dist.barrier()  # nobody reads or moves on before the file is complete
             if step == args.fail_at_step and rank == world_size - 1:
                 os._exit(13)  # a simulated crash: no exception, no cleanup, the process is gone
-        test_acc, test_loss = evaluate(model, test_x, test_y, device)
-        evals.append({"step": step, "test_acc": test_acc, "test_loss": test_loss})
-        if rank == 0:
-            writer.add_scalar("test/accuracy", test_acc, step)
-            writer.add_scalar("test/loss", test_loss, step)
-            print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
-                  f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
+        log.epoch_end(epoch, step, loss, *evaluate(model, test_x, test_y, device))
         clock.restart()  # evaluation time is not step time
 
     if rank == 0:
         save_checkpoint(os.path.join(args.out, "checkpoint.pt"), model, optimizer, step)
-        writer.close()
+    log.close()
     checksum = sum(p.double().sum().item() for p in model.parameters())
     write_metrics(args.out, {"checksum": checksum, "samples_seen": seen},  # gathers: every rank
                   world_size=world_size, backend=backend, steps=step, start_step=start_step,
-                  losses=losses, evals=evals, **clock.figures())
+                  losses=log.losses, evals=log.evals, **clock.figures())
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
     dist.destroy_process_group()
 

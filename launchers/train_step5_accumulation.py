@@ -8,42 +8,25 @@ Data, model and options: launchers/common/ (`--help`). On GPUs, raise `--width`,
 import argparse
 import itertools
 import os
-import sys
 from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
+from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels, variants
 from common.devices import init_distributed
 from common.glyphs import Net, lr_at
+from common.rank0_log import Rank0Log
 from common.run_record import StepClock, write_metrics
-from common.scores import score_totals
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
-from torch.utils.tensorboard import SummaryWriter
-
-
-def evaluate(model, x, y, device):
-    """Each rank scores every world_size-th test sample; the sums are all-reduced (no padding)."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    for buffer in model.buffers():  # BatchNorm running stats: each rank's last forward updated
-        dist.broadcast(buffer, src=0)  # its own copy; evaluate rank 0's, the ones it saves
-    totals = score_totals(model, x[rank::world_size], y[rank::world_size], device)
-    dist.all_reduce(totals)  # SUM of (correct, loss, count): the totals of the whole set
-    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
-
-
-def save_checkpoint(path, model, optimizer, step):
-    """Rank 0 only. Write a temp file, then rename: a reader sees the old or the new file."""
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)  # atomic on POSIX: never a half-written checkpoint.pt
+from train_step4_evaluation import evaluate, save_checkpoint  # notebook 04's
 
 
 def main():
-    parser = add_chain_options(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = add_chain_options(parser, several_runs=True)  # --variant: several runs, one launch
     parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
     parser.add_argument("--resume", default=None, help="checkpoint to continue from, if it exists")
     parser.add_argument("--fail-at-step", type=int, default=-1, help="the last rank crashes here")
@@ -53,19 +36,13 @@ def main():
                         help="accumulate naively: all-reduce every micro-batch")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                         help="SGD (momentum 0.9): steps proportional to the gradients")
-    parser.add_argument("--variant", action="append", default=[], metavar="OPTIONS",
-                        help='train once per --variant "OPTIONS" (added to the others) into '
-                        "OUT/0, OUT/1, ...: several runs in one launch")
     args = parser.parse_args()
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device, backend = init_distributed(args.device)
     if device.type == "cuda":
         same_gpu_kernels()  # no autotuned cuDNN, no TF32: a resumed run can match
-    for i, options in enumerate(args.variant or [""]):  # one process group, one run after another
-        run_args = parser.parse_args([*sys.argv[1:], *options.split()])
-        if args.variant:
-            run_args.out = os.path.join(args.out, str(i))
+    for run_args in variants(parser, args):  # one process group, one run after another
         train(run_args, rank, world_size, device, backend)
     dist.destroy_process_group()
 
@@ -98,11 +75,9 @@ def train(args, rank, world_size, device, backend):
     total_steps = args.epochs * steps_per_epoch
     samples_per_step = args.batch_size * args.accum_steps * world_size
 
-    writer = None
-    if rank == 0:  # rank 0 prints for everyone
-        writer = SummaryWriter(os.path.join(args.out, "tb"), purge_step=start_step)  # one writer
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
+    log = Rank0Log(args.out, rank, total_steps, samples_per_step, start_step)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.print(f"{args.train_size} training images, {total_steps} steps of {samples_per_step} "
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}")
 
     allreduces = 0
@@ -114,9 +89,8 @@ def train(args, rank, world_size, device, backend):
 
     ddp_model.register_comm_hook(None, count_allreduce)
 
-    test_acc, test_loss = evaluate(model, test_x, test_y, device)
-    evals = [{"step": start_step, "test_acc": test_acc, "test_loss": test_loss}]
-    losses, seen, step, clock = [], 0, start_step, StepClock(device)  # clock: each step's time
+    log.evaluated(start_step, *evaluate(model, test_x, test_y, device))
+    seen, step, clock = 0, start_step, StepClock(device)  # clock: each step's time
     for epoch in range(start_step // steps_per_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle every epoch, the same permutation on all ranks
         skip = start_step % steps_per_epoch if epoch == start_step // steps_per_epoch else 0
@@ -137,13 +111,7 @@ def train(args, rank, world_size, device, backend):
             optimizer.zero_grad(set_to_none=True)
             step += 1
             clock.step()
-            if rank == 0:
-                losses.append(loss.item())
-                if step % max(1, total_steps // 20) == 0 or step == total_steps:  # progress
-                    print(f"step {step}/{total_steps}  loss {loss.item():.4f}", flush=True)
-                writer.add_scalar("train/loss", loss.item(), step)
-                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
-                writer.add_scalar("train/samples_per_s", samples_per_step / clock.times[-1], step)
+            log.step(step, loss, optimizer.param_groups[0]["lr"], clock.times[-1])
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 if rank == 0:
                     save_checkpoint(os.path.join(args.out, "checkpoint.pt"), model, optimizer, step)
@@ -151,22 +119,16 @@ def train(args, rank, world_size, device, backend):
                 dist.barrier()  # nobody reads or moves on before the file is complete
             if step == args.fail_at_step and rank == world_size - 1:
                 os._exit(13)  # a simulated crash: no exception, no cleanup, the process is gone
-        test_acc, test_loss = evaluate(model, test_x, test_y, device)
-        evals.append({"step": step, "test_acc": test_acc, "test_loss": test_loss})
-        if rank == 0:
-            writer.add_scalar("test/accuracy", test_acc, step)
-            writer.add_scalar("test/loss", test_loss, step)
-            print(f"epoch {epoch}  step {step}  loss {loss.item():.4f}  "
-                  f"test accuracy {test_acc:.3f}  test loss {test_loss:.4f}")
+        log.epoch_end(epoch, step, loss, *evaluate(model, test_x, test_y, device))
         clock.restart()  # evaluation time is not step time
 
     if rank == 0:
         save_checkpoint(os.path.join(args.out, "checkpoint.pt"), model, optimizer, step)
-        writer.close()
+    log.close()
     checksum = sum(p.double().sum().item() for p in model.parameters())
     write_metrics(args.out, {"checksum": checksum, "samples_seen": seen},  # gathers: every rank
                   world_size=world_size, backend=backend, steps=step, start_step=start_step,
-                  losses=losses, evals=evals, **clock.figures(), allreduces=allreduces,
+                  losses=log.losses, evals=log.evals, **clock.figures(), allreduces=allreduces,
                   step_times_s=clock.times[2:] or clock.times)  # the first steps warm up
     del ddp_model  # release DDP before the process group (see ddp_first_run.py)
 

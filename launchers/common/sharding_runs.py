@@ -54,8 +54,9 @@ def dcp_round_trip(model, optimizer, fresh, fresh_optimizer, folder, probe_x, pr
     (a model with other weights, wrapped the same way) and `fresh_optimizer`, and return the
     largest difference of the two models' outputs on the probe batch."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder)  # every rank
-    inner = fresh.module if isinstance(fresh, DDP) else fresh  # writes the shards it owns
+    # every rank writes the shards it holds; one metadata file says where each piece lives
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder)
+    inner = fresh.module if isinstance(fresh, DDP) else fresh
     model_state, optim_state = get_state_dict(inner, fresh_optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=folder)  # each rank reads the shards it owns
