@@ -22,6 +22,7 @@ LONG_CELL_LINES = 40  # a %%writefile cell with more non-blank lines than this i
 MAX_OUTPUT_LINES = 40  # what one cell may print (and what a diff or outline may show)
 CONTEXT_LINES = 1  # unchanged lines shown around each change of a diff
 SHOW_CALLS = ("show_diff", "show_outline")
+DEFINITIONS = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
 class Listing:
@@ -45,15 +46,47 @@ def _shown_name(path: Path | str) -> str:
     return "/".join(parts[-2:]) if len(parts) > 1 else parts[0]
 
 
+def _moved(old_text: str, new_text: str) -> dict[int, tuple[int, str]]:
+    """The top-level definitions of ``old_text`` that ``new_text`` imports instead: first line
+    number -> (last line number, blank lines after it included; the line that says so)."""
+    imported = {alias.asname or alias.name: node.module
+                for node in ast.parse(new_text).body if isinstance(node, ast.ImportFrom)
+                for alias in node.names}  # fmt: skip
+    lines, spans = old_text.splitlines(), {}
+    for node in ast.parse(old_text).body:
+        if isinstance(node, DEFINITIONS) and node.name in imported:
+            last = node.end_lineno
+            while last < len(lines) and not lines[last].strip():
+                last += 1
+            said = (f"{lines[node.lineno - 1]}  # {node.end_lineno - node.lineno + 1} lines, "
+                    f"now imported from {imported[node.name]}")
+            spans[node.lineno] = (last, said)
+    return spans
+
+
 def diff_lines(old: Path | str, new: Path | str, context: int = CONTEXT_LINES) -> list[str]:
-    """A header naming both files with the counts, then the unified diff's hunks."""
-    a, b = Path(old).read_text().splitlines(), Path(new).read_text().splitlines()
+    """A header naming both files with the counts, then the unified diff's hunks. A definition
+    the new file imports instead of defining shows as one removed line that says so."""
+    old_text, new_text = Path(old).read_text(), Path(new).read_text()
+    a, b = old_text.splitlines(), new_text.splitlines()
     diff = list(difflib.unified_diff(a, b, n=context, lineterm=""))[2:]  # drop the ---/+++ pair
     added = sum(line.startswith("+") for line in diff)
     removed = sum(line.startswith("-") for line in diff)
     header = (f"{_shown_name(old)} -> {_shown_name(new)}: +{added} -{removed} lines "
               f"({len(b)} lines in all)")  # fmt: skip
-    return [header, *diff]
+    moved, shown, line_number, skip_to = _moved(old_text, new_text), [header], 0, 0
+    for line in diff:
+        if line.startswith("@@"):
+            line_number = int(line.split()[1].split(",")[0][1:]) - 1  # "@@ -19,24 ...": 18
+        elif not line.startswith("+"):
+            line_number += 1  # a line of the old file, removed or kept
+            if line.startswith("-") and line_number <= skip_to:
+                continue  # inside a moved definition, said already
+            if line.startswith("-") and line_number in moved:
+                skip_to, said = moved[line_number]
+                line = "-" + said
+        shown.append(line)
+    return shown
 
 
 def show_diff(old: Path | str, new: Path | str, context: int = CONTEXT_LINES) -> Listing:

@@ -29,6 +29,16 @@ def save_checkpoint(path, model, optimizer, step):
     os.replace(path + ".tmp", path)  # atomic on POSIX: never a half-written checkpoint.pt
 
 
+def load_checkpoint(path, model, optimizer, device):
+    """Every rank reads the same file, if there is one; returns the step it was saved at."""
+    if not (path and os.path.exists(path)):
+        return 0
+    state = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["step"]
+
+
 def main():
     parser = add_chain_options(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     parser.add_argument("--checkpoint-every", type=int, default=0, help="steps; 0: only at the end")
@@ -47,15 +57,7 @@ def main():
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
-    start_step = 0
-    if args.resume and os.path.exists(args.resume):  # every rank reads the same file
-        state = torch.load(args.resume, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = state["step"]
-        if rank == 0:
-            print(f"resumed from {args.resume} at step {start_step}")
-
+    start_step = load_checkpoint(args.resume, model, optimizer, device)  # 0: a new run
     train_set, test_x, test_y = glyph_splits(args)  # generated images: common/glyphs.py
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)

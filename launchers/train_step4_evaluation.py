@@ -20,6 +20,7 @@ from common.run_record import StepClock, write_metrics
 from common.scores import score_totals
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
+from train_step3_checkpoints import load_checkpoint, save_checkpoint  # step 3's
 
 
 def evaluate(model, x, y, device):
@@ -30,13 +31,6 @@ def evaluate(model, x, y, device):
     totals = score_totals(model, x[rank::world_size], y[rank::world_size], device)
     dist.all_reduce(totals)  # SUM of (correct, loss, count): the totals of the whole set
     return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
-
-
-def save_checkpoint(path, model, optimizer, step):
-    """Rank 0 only. Write a temp file, then rename: a reader sees the old or the new file."""
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)  # atomic on POSIX: never a half-written checkpoint.pt
 
 
 def main():
@@ -57,15 +51,7 @@ def main():
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
-    start_step = 0
-    if args.resume and os.path.exists(args.resume):  # every rank reads the same file
-        state = torch.load(args.resume, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = state["step"]
-        if rank == 0:
-            print(f"resumed from {args.resume} at step {start_step}")
-
+    start_step = load_checkpoint(args.resume, model, optimizer, device)  # 0: a new run
     train_set, test_x, test_y = glyph_splits(args)  # generated images: common/glyphs.py
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)

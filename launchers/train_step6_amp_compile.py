@@ -18,12 +18,12 @@ from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
 from common.devices import init_distributed
 from common.glyphs import Net, lr_at
 from common.rank0_log import Rank0Log
-from common.run_record import StepClock, write_metrics
+from common.run_record import AllreduceCount, StepClock, write_metrics
 from torch._dynamo.utils import counters
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
-from train_step4_evaluation import evaluate, save_checkpoint  # notebook 04's
+from train_step3_checkpoints import load_checkpoint, save_checkpoint  # notebook 04's
+from train_step4_evaluation import evaluate  # notebook 04's
 
 
 def main():
@@ -74,15 +74,7 @@ def train(args, rank, world_size, device, backend):
     # round to zero in fp16; the scaler unscales them before the step, skipping it on inf/NaN
     scaler = torch.amp.GradScaler(device.type, enabled=args.amp == "fp16")
 
-    start_step = 0
-    if args.resume and os.path.exists(args.resume):  # every rank reads the same file
-        state = torch.load(args.resume, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_step = state["step"]
-        if rank == 0:
-            print(f"resumed from {args.resume} at step {start_step}")
-
+    start_step = load_checkpoint(args.resume, model, optimizer, device)  # 0: a new run
     train_set, test_x, test_y = glyph_splits(args)  # generated images: common/glyphs.py
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # rank's share, shuffled
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
@@ -96,15 +88,7 @@ def train(args, rank, world_size, device, backend):
               f"samples over {world_size} rank(s); {n_params} parameters; backend {backend}; "
               f"amp {args.amp}; compile {args.compile}")
 
-    allreduces = 0
-
-    def count_allreduce(state, bucket):  # DDP calls this once per gradient bucket it reduces
-        nonlocal allreduces
-        allreduces += 1
-        return allreduce_hook(state, bucket)  # the all-reduce DDP does by default
-
-    ddp_model.register_comm_hook(None, count_allreduce)
-
+    hook = AllreduceCount(ddp_model)  # a comm hook: DDP's all-reduce, counting its buckets
     log.evaluated(start_step, *evaluate(model, test_x, test_y, device))
     seen, step, clock = 0, start_step, StepClock(device)  # clock: each step's time
     for epoch in range(start_step // steps_per_epoch, args.epochs):
@@ -149,7 +133,7 @@ def train(args, rank, world_size, device, backend):
     checksum = sum(p.double().sum().item() for p in model.parameters())
     write_metrics(args.out, {"checksum": checksum, "samples_seen": seen},  # gathers: every rank
                   world_size=world_size, backend=backend, steps=step, start_step=start_step,
-                  losses=log.losses, evals=log.evals, **clock.figures(), allreduces=allreduces,
+                  losses=log.losses, evals=log.evals, **clock.figures(), allreduces=hook.count,
                   step_times_s=clock.times[2:] or clock.times,  # first: warm-up, compile
                   amp=args.amp, compile=args.compile, compiled_graphs=compiled_graphs)
     del train_model, ddp_model  # release DDP before the process group (see ddp_first_run.py)

@@ -36,6 +36,21 @@ def test_show_diff_names_both_files_and_counts(tmp_path):
     assert repr(shown) == str(shown)  # text/plain is the diff itself: the output check counts it
 
 
+def test_show_diff_says_a_definition_moved_to_an_import_in_one_line(tmp_path):
+    """A step that imports a function the step before defined shows one line for it, not its
+    body, and only for that function: a definition simply removed shows every line."""
+    old = (OLD + '\n\ndef save(path):\n    """Write it."""\n    return path\n'
+           '\n\ndef drop():\n    pass\n')
+    new = "from step_a import save\n" + OLD
+    (tmp_path / "a.py").write_text(old)
+    (tmp_path / "b.py").write_text(new)
+    lines = str(coursekit.show_diff(tmp_path / "a.py", tmp_path / "b.py")).splitlines()
+    assert "-def save(path):  # 3 lines, now imported from step_a" in lines
+    assert '-    """Write it."""' not in lines and "-    return path" not in lines
+    assert "-def drop():" in lines and "-    pass" in lines
+    assert lines[0].endswith(": +1 -9 lines (11 lines in all)")  # the counts are the real diff's
+
+
 def test_show_outline_lists_docstrings_and_sizes(tmp_path):
     (tmp_path / "a.py").write_text(OLD)
     lines = str(coursekit.show_outline(tmp_path / "a.py")).splitlines()

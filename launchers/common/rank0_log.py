@@ -19,6 +19,8 @@ class Rank0Log:
         self.writer = None
         if rank == 0:  # one writer; purge_step: a resumed run drops the events after its step
             self.writer = SummaryWriter(os.path.join(out, "tb"), purge_step=start_step)
+        if start_step:
+            self.print(f"resumed from a checkpoint at step {start_step}")
 
     def print(self, text):
         if self.rank == 0:

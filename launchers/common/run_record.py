@@ -1,4 +1,5 @@
-"""What a run of the training chain records: each step's time, and metrics.json (notebooks 04, 05).
+"""What a run of the training chain records: each step's time, its all-reduces, and metrics.json
+(notebooks 04, 05).
 
 Not the lesson: the launchers time their steps and write their figures for the notebooks to
 read; how they do it is the same in every step of the chain.
@@ -10,6 +11,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 
 class StepClock:
@@ -37,6 +39,19 @@ class StepClock:
         timed = sorted(self.times[2:] or self.times)
         return {"step_time_median_s": timed[len(timed) // 2] if timed else None,
                 "first_step_s": self.times[0] if self.times else None}
+
+
+class AllreduceCount:
+    """DDP's own all-reduce, registered as a comm hook that counts the buckets it reduces (the
+    hook notebook 05 builds before step 5): `count` after the run."""
+
+    def __init__(self, ddp_model):
+        self.count = 0
+        ddp_model.register_comm_hook(None, self.allreduce)
+
+    def allreduce(self, state, bucket):  # DDP calls this once per gradient bucket it reduces
+        self.count += 1
+        return allreduce_hook(state, bucket)  # the all-reduce DDP does by default
 
 
 def write_metrics(out, mine, **figures):
