@@ -102,6 +102,38 @@ def _figure(name: str, value: object) -> object:
     raise TypeError(f"figure {name!r} is a {type(value).__name__}: use a number, string or bool")
 
 
+_BOUND_WORDS = {"<": "under ", "<=": "at most ", ">": "over ", ">=": "at least ", "==": "",
+                "!=": "other than "}  # fmt: skip
+_SPREAD_FIGURES = ("ratio", "ratio_low", "ratio_high")
+
+
+def _bounds(condition: str, figures: dict) -> dict[str, list[tuple[str, object]]]:
+    """Figure name -> the bounds ``condition`` sets on it: [(word, value)], e.g. [("under ", 0.5)].
+    A comparison's held condition (its spread above 1) bounds the ratio and its spread."""
+    if condition == SPREAD_HELD:
+        return {name: [("over ", 1.0)] for name in _SPREAD_FIGURES}
+    found: dict[str, list[tuple[str, object]]] = {}
+    for part in condition.split(" and ") if condition else []:
+        match = _COMPARISON.match(part)
+        if not match:
+            continue
+        left, op, factor, right = match.groups()
+        value = _operand(right, figures, condition)
+        if factor is not None:
+            value = float(factor) * value
+        elif re.fullmatch(r"-?\d+", right):
+            value = int(right)  # a count's bound reads as a count
+        found.setdefault(left, []).append((_BOUND_WORDS[op], value))
+    return found
+
+
+def _formatted(value: object, spec: str | None) -> str:
+    try:
+        return format(value, spec or "")
+    except (TypeError, ValueError):
+        return str(value)
+
+
 @dataclass
 class Claim:
     text: str  # the sentence the lesson expects, filled in from the figures
@@ -114,6 +146,7 @@ class Claim:
     tie: str = ""  # the sentence when it was a tie
     why_skipped: str = ""  # a skipped claim: what was not run here, and why
     template: str = ""  # ``text`` before its figures were filled in (docs/claims.md lists it)
+    expect: str = ""  # the lesson's expectation as a plain sentence, where the template's is not
 
     def sentence(self) -> str:
         """The sentence true on this machine."""
@@ -130,9 +163,25 @@ class Claim:
         return f"{MARKS[self.outcome]} {self.sentence()} (the lesson expected: {self.expected()})"
 
     def expected(self) -> str:
-        """What the lesson claims, its figures left out: filled in with this run's figures
-        it would say what did not happen ("DDP ran 0.80x faster")."""
-        return re.sub(r"\{[^{}]*\}", "…", self.template) if self.template else self.text
+        """What the lesson expected, as a plain sentence with no blank: ``expect`` where the
+        claim gives one; else its sentence with each figure the condition tests written as the
+        bound it had to meet ("the worst ended at under 0.50x its first loss", "DDP stepped over
+        1.00x faster"), the other figures (sizes, counts) as measured."""
+        if self.expect:
+            return self.expect
+        if not self.template:
+            return self.text
+        bounds = _bounds(self.condition, self.figures)
+
+        def fill(field: re.Match) -> str:
+            name, spec = re.match(r"([A-Za-z_]\w*)[^:]*(?::(.*))?$", field.group(1)).groups()
+            if name not in bounds:
+                return field.group(0).format(**self.figures)
+            return " and ".join(f"{word}{_formatted(value, spec)}" for word, value in bounds[name])
+
+        said = re.sub(r"\{([^{}]*)\}", fill, self.template)
+        # "within 10%", not "within under 10%"
+        return re.sub(r"\b(within|at most) (under|at most) ", r"\1 ", said)
 
     def as_record(self) -> dict:
         return asdict(self)
@@ -149,19 +198,19 @@ class Claim:
 
 
 def claim(text: str, condition: str, otherwise: str = "", tie_condition: str = "",
-          tie: str = "", **figures) -> Claim:  # fmt: skip
+          tie: str = "", expect: str = "", **figures) -> Claim:  # fmt: skip
     """A claim over ``figures``: every sentence filled in, the conditions evaluated."""
     if bool(tie) != bool(tie_condition):
         raise ValueError(f"claim {text!r}: a tie needs both its sentence (tie=) and its "
                          "condition (tie_condition=)")  # fmt: skip
     figures = {name: _figure(name, value) for name, value in figures.items()}
     try:
-        filled = [s.format(**figures) for s in (text, otherwise, tie)]
+        filled = [s.format(**figures) for s in (text, otherwise, tie, expect)]
     except (KeyError, IndexError, ValueError) as err:
         raise ValueError(f"claim {text!r}: its sentences do not fit its figures "
                          f"({', '.join(figures)}): {err!r}") from err  # fmt: skip
     made = Claim(filled[0], condition, False, figures, filled[1], NOT_HELD, tie_condition,
-                 filled[2], template=text)  # fmt: skip
+                 filled[2], template=text, expect=filled[3])  # fmt: skip
     made.outcome = outcome_of(made.as_record())
     made.held = made.outcome == HELD
     return made
@@ -214,12 +263,15 @@ class Claims(list):
         print(made.describe())
         return made
 
-    def check(self, text: str, condition: str, otherwise: str = "", **figures) -> Claim:
-        """Make a claim, show it where it is made (one line), and keep it."""
-        return self._keep(claim(text, condition, otherwise, **figures))
+    def check(self, text: str, condition: str, otherwise: str = "", expect: str = "",
+              **figures) -> Claim:  # fmt: skip
+        """Make a claim, show it where it is made (one line), and keep it. ``expect``: the
+        lesson's expectation in a plain sentence, where :meth:`Claim.expected`'s reading of the
+        sentence and its condition would not say it well."""
+        return self._keep(claim(text, condition, otherwise, expect=expect, **figures))
 
     def compare(self, text: str, less, more, otherwise: str, tie: str, paired: bool = True,
-                **figures) -> Claim:  # fmt: skip
+                expect: str = "", **figures) -> Claim:  # fmt: skip
         """Claim that the measurements ``less`` are smaller than ``more`` (times: ``less`` is
         the side expected faster), outside the spread the run measured.
 
@@ -231,25 +283,28 @@ class Claims(list):
         clash = set(measured) & set(figures)
         if clash:
             raise ValueError(f"compare(): {', '.join(sorted(clash))} are its own figures")
-        return self._keep(claim(text, SPREAD_HELD, otherwise, SPREAD_TIE, tie,
+        return self._keep(claim(text, SPREAD_HELD, otherwise, SPREAD_TIE, tie, expect,
                                 **measured, **figures))  # fmt: skip
 
-    def skip(self, text: str, why: str, **shown) -> Claim:
+    def skip(self, text: str, why: str, expect: str = "", **shown) -> Claim:
         """A claim whose run could not happen here: ``text`` says what the lesson would have
         claimed, ``why`` what was not run and why. No figures: nothing was measured.
 
         ``text`` may be the template the run would have checked, so that docs/claims.md lists
-        one sentence for both: ``shown`` fills the fields known without the run (``nodes=2``),
-        the others read "…"."""
+        one sentence for both: ``shown`` fills the fields known without the run (``nodes=2``);
+        where fields stay that only the run would fill, ``expect`` says in a plain sentence
+        what it would have measured (never a sentence with blanks)."""
         if not why:
             raise ValueError(f"skip({text!r}): say why= it could not be run here")
-
-        def fill(field: re.Match) -> str:
-            name = re.split(r"[:!.\[]", field.group(1), maxsplit=1)[0]
-            return field.group(0).format(**shown) if name in shown else "…"
-
-        return self._keep(Claim(re.sub(r"\{([^{}]*)\}", fill, text), "", False, {},
-                                outcome=SKIPPED, why_skipped=why, template=text))
+        unknown = sorted({re.split(r"[:!.\[]", f, maxsplit=1)[0]
+                          for f in re.findall(r"\{([^{}]*)\}", text)} - set(shown))  # fmt: skip
+        if unknown and not expect:
+            raise ValueError(f"skip({text!r}): its figures {', '.join(unknown)} come from the run "
+                             "that did not happen: pass expect= (what it would measure, a plain "
+                             "sentence) or their values")  # fmt: skip
+        said = expect.format(**shown) if unknown else text.format(**shown)
+        return self._keep(Claim(said, "", False, {}, outcome=SKIPPED, why_skipped=why,
+                                template=text, expect=expect))  # fmt: skip
 
     def summary(self) -> dict:
         """How many claims came out each way."""

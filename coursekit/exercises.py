@@ -76,23 +76,50 @@ def check_answer(ok: bool, why_right: str, why_wrong: str) -> bool:
 SOLVED, NOT_YET, NOT_TRIED = "solved", "not yet", "not tried"
 TASK_OUTCOMES = (SOLVED, NOT_YET, NOT_TRIED)
 PREDICT, WRITE = "predict", "write"
+HINTS_FILE = DEFAULT_SOLUTIONS / "hints.yaml"  # beside the reference solutions, read on request
 
 
 def _shown(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def _normalised(value):
+    """A prediction as it is compared: text without case or extra spaces, a list as a tuple,
+    each element normalised too ("Forward", ["forward"] and ("forward",) are one answer)."""
+    if isinstance(value, str):
+        return " ".join(value.split()).casefold()
+    if isinstance(value, list | tuple):
+        return tuple(_normalised(v) for v in value)
+    if isinstance(value, dict):
+        return {_normalised(k): _normalised(v) for k, v in value.items()}
+    return value
+
+
+def course_hints() -> dict[str, list[str]]:
+    """Task name -> its hints, weakest first, the last one close to the answer
+    (solutions/hints.yaml)."""
+    import yaml
+
+    return yaml.safe_load(HINTS_FILE.read_text(encoding="utf-8"))
+
+
 class Tasks:
-    """A notebook's tasks for the learner, in the order it sets them, with their outcomes."""
+    """A notebook's tasks for the learner, in the order it sets them, with their latest outcomes.
+
+    A check may run as often as the learner likes: each run prints its verdict and replaces the
+    task's outcome (NOT YET, fix, run again, RIGHT)."""
 
     def __init__(self) -> None:
         self.records: list[dict] = []
-        self._hints: dict[str, tuple[str, ...]] = {}
+        self._hints_given: dict[str, int] = {}
 
     def _keep(self, name: str, kind: str, outcome: str, message: str) -> bool:
-        if any(r["name"] == name for r in self.records):
-            raise ValueError(f"task {name!r} is already checked in this notebook: one name each")
-        self.records.append({"name": name, "kind": kind, "outcome": outcome})
+        record = {"name": name, "kind": kind, "outcome": outcome}
+        earlier = [i for i, r in enumerate(self.records) if r["name"] == name]
+        if earlier:
+            self.records[earlier[0]] = record  # the latest verdict, in the task's first place
+        else:
+            self.records.append(record)
         print(message)
         return outcome == SOLVED
 
@@ -100,8 +127,9 @@ class Tasks:
                 unit: str = "", why: str = "") -> bool:  # fmt: skip
         """Compare the learner's prediction ``guess`` (None: not tried) with the run's
         ``measured``: a number is right inside [low, high] (the spread the run measured), else
-        within ``within`` (a fraction) of ``measured``; anything else must equal it. ``why``
-        says what decides the answer, shown when the guess is off."""
+        within ``within`` (a fraction) of ``measured``; anything else must equal it once
+        normalised (case and spacing of text, a list or a tuple). ``why`` says what decides the
+        answer, shown when the guess is off."""
         if guess is None or guess is ...:
             return self._keep(name, PREDICT, NOT_TRIED,
                               f"(no prediction for {name}: the run measured "
@@ -119,7 +147,7 @@ class Tasks:
             spread = f" (the run's range {_shown(low)} to {_shown(high)}{unit})" if low != high \
                 else ""
         else:
-            right, off, spread = guess == measured, "", ""  # `said` shows both already
+            right, off, spread = _normalised(guess) == _normalised(measured), "", ""
         said = f"you predicted {_shown(guess)}{unit}, the run measured {_shown(measured)}{unit}"
         if right:
             return self._keep(name, PREDICT, SOLVED, f"RIGHT ({name}): {said}{spread}")
@@ -137,16 +165,23 @@ class Tasks:
         return self._keep(name, WRITE, outcome,
                           f"{prefix} ({name}): {why_right if ok else why_wrong}")  # fmt: skip
 
-    def hints(self, name: str, *hints: str) -> None:
-        """Register the hints of task ``name``, weakest first."""
-        self._hints[name] = hints
-
-    def hint(self, name: str, n: int = 1) -> None:
-        """Print the n-th hint of task ``name`` (one at a time: ask for the next if needed)."""
-        hints = self._hints.get(name, ())
+    def hint(self, name: str, n: int | None = None) -> None:
+        """Print a hint of task ``name``: the next one not yet shown, or the n-th. Hints are
+        kept beside the reference solutions (solutions/hints.yaml) and read only on request,
+        so a hint works before the task's check has run."""
+        hints = course_hints().get(name)
+        if not hints:
+            known = ", ".join(sorted(course_hints()))
+            raise ValueError(f"tasks.hint({name!r}): no task of that name has hints (tasks with "
+                             f"hints: {known})")  # fmt: skip
+        if n is None:
+            n = min(self._hints_given.get(name, 0) + 1, len(hints))
         if not 1 <= n <= len(hints):
-            raise ValueError(f"task {name!r} has {len(hints)} hint(s): ask for 1 to {len(hints)}")
-        print(f"hint {n} of {len(hints)} ({name}): {hints[n - 1]}")
+            raise ValueError(f"tasks.hint({name!r}, {n}): it has {len(hints)} hint(s), ask for 1 "
+                             f"to {len(hints)}")  # fmt: skip
+        self._hints_given[name] = max(self._hints_given.get(name, 0), n)
+        more = " (the last one)" if n == len(hints) else f"; run it again for hint {n + 1}"
+        print(f"hint {n} of {len(hints)} ({name}){more}: {hints[n - 1]}")
 
     def summary(self) -> dict:
         return {o: sum(r["outcome"] == o for r in self.records) for o in TASK_OUTCOMES}

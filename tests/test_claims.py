@@ -21,7 +21,33 @@ def test_a_claim_that_fails_shows_what_is_true_here_first():
                         otherwise="DP ran {ratio:.2f}x DDP's speed here", ratio=0.8)
     assert c.held is False and c.outcome == "not held"
     assert c.describe() == ("✘ DP ran 0.80x DDP's speed here "
-                            "(the lesson expected: DDP ran …x faster than DP)")
+                            "(the lesson expected: DDP ran over 1.00x faster than DP)")
+
+
+@pytest.mark.parametrize(("template", "condition", "figures", "expected"), [
+    ("the worst ended at {worst:.2f}x its first loss on {n} ranks", "worst < 0.5",
+     {"worst": 0.7, "n": 2}, "the worst ended at under 0.50x its first loss on 2 ranks"),
+    ("{after} of {before} tensors differed", "after == 0 and before > 0", {"after": 3, "before": 4},
+     "0 of over 0 tensors differed"),
+    ("the calculator is within {err:.1%}", "err < 0.1", {"err": 0.2},
+     "the calculator is within 10.0%"),
+    ("{garbled} of {n} lines were garbled", "garbled >= 1", {"garbled": 0, "n": 400},
+     "at least 1 of 400 lines were garbled"),
+    ("the state ({state:.1f} MB) outweighs the outputs ({out:.1f} MB)", "state > out",
+     {"state": 2.0, "out": 3.0}, "the state (over 3.0 MB) outweighs the outputs (3.0 MB)"),
+])  # fmt: skip
+def test_a_claim_that_fails_states_its_expectation_without_blanks(template, condition, figures,
+                                                                   expected):
+    """The lesson's sentence with each tested figure as the bound it had to meet: never "…",
+    never this run's figure (which would make the expectation say what did not happen)."""
+    c = coursekit.claim(template, condition, otherwise="not here", **figures)
+    assert c.outcome == "not held" and c.expected() == expected and "…" not in c.describe()
+
+
+def test_a_claim_may_state_its_expectation_itself():
+    c = coursekit.claim("{k} threads beat {n} ranks by {ratio:.2f}x", "ratio > 1", otherwise="no",
+                        expect="one process with every core beats {n} ranks", k=2, n=2, ratio=0.7)
+    assert c.describe() == "✘ no (the lesson expected: one process with every core beats 2 ranks)"
 
 
 def ms(*values):
@@ -80,12 +106,16 @@ def test_a_skipped_claim_is_not_false_and_has_no_figures():
 
 
 def test_a_skipped_claim_keeps_the_template_its_run_would_have_checked():
-    """docs/claims.md lists one sentence whether the run happened or not; the learner reads the
-    fields known without the run, the others as …"""
+    """docs/claims.md lists one sentence whether the run happened or not; the learner reads a
+    plain sentence of what it would measure, never the template's blanks."""
     template = "Slurm ran on {nodes} nodes x {per_node} rank(s): {state}, world size {world:d}"
-    c = coursekit.Claims().skip(template, why="no Slurm here", nodes=2, per_node=2)
+    with pytest.raises(ValueError, match="its figures state, world come from the run.*expect="):
+        coursekit.Claims().skip(template, why="no Slurm here", nodes=2, per_node=2)
+    c = coursekit.Claims().skip(template, why="no Slurm here", nodes=2, per_node=2,
+                                expect="Slurm would run it on {nodes} nodes and report its state")
     assert c.template == template and c.figures == {}
-    assert c.text == "Slurm ran on 2 nodes x 2 rank(s): …, world size …"
+    assert c.describe() == ("– not run here: Slurm would run it on 2 nodes and report its state: "
+                            "no Slurm here")
     made = coursekit.Claims().check(template, "world == 4", nodes=2, per_node=2, state="COMPLETED",
                                     world=4, otherwise="no")
     assert made.template == c.template
@@ -148,7 +178,7 @@ def test_the_claims_document_lists_every_claim_with_its_template_and_outcome(set
     claims.check("the loss fell to {loss:.2f}", "loss < 1", otherwise="it stayed at {loss:.2f}",
                  loss=0.25)
     claims.compare("C beats D", less=[1, 1.2], more=[1.1, 1.1], otherwise="D", tie="C ties D")
-    claims.skip("E ran on {n} nodes", why="no E here")
+    claims.skip("E ran on {n} nodes", why="no E here", expect="E would run on several nodes")
     records = json.loads(coursekit.save_results("99_test", {}, setup, claims=claims).read_text())
     text = claims_markdown({"99_test": records["claims"]}, "made by a test")
     assert "3 claims: 1 held, 0 not held, 1 no difference, 1 skipped." in text

@@ -189,18 +189,67 @@ def test_a_prediction_is_right_inside_the_runs_spread_and_says_how_far_off_outsi
                                                       "not tried"]  # fmt: skip
 
 
-def test_written_tasks_hints_and_the_progress_table(setup, capsys):
+def test_a_prediction_is_judged_as_written_not_as_typed():
+    """Case, spacing, a list for a tuple: the same answer (09's indices, 08's places)."""
     tasks = coursekit.Tasks()
-    tasks.hints("ring", "split the tensor into p chunks", "send chunk (rank - step) % p")
-    tasks.hint("ring", 2)
-    with pytest.raises(ValueError, match="has 2 hint"):
-        tasks.hint("ring", 3)
+    assert tasks.predict("places", ["Forward ", "backward"], ("forward", "backward")) is True
+    assert tasks.predict("indices", (8, 9), [8, 9]) is True
+    assert tasks.predict("shares", {"Rank 0": [0, 2]}, {"rank 0": (0, 2)}) is True
+    assert tasks.predict("places", ("forward", "forward"), ("forward", "backward")) is False
+    assert tasks.predict("equal", "True", True) is False  # a bool is not its name
+
+
+def test_a_check_runs_again_and_keeps_the_latest_verdict(setup, capsys):
+    """The attendee's loop: NOT YET, fix, run the same check again, RIGHT; no restart."""
+    tasks = coursekit.Tasks()
+    tasks.check("ring", None, "", "write ring_all_reduce() above, then run this cell")
+    tasks.predict("bubble", 0.9, 0.33, within=0.1)
+    tasks.check("ring", False, "it sums", "rank 1 holds 3, one process 6: a chunk was dropped")
+    assert tasks.check("ring", True, "it sums like dist.all_reduce", "") is True
+    tasks.predict("bubble", 0.33, 0.33, within=0.1)
+    shown = capsys.readouterr().out
+    assert shown.index("NOT YET (ring)") < shown.index("RIGHT (ring)")
+    assert [(r["name"], r["outcome"]) for r in tasks.records] == [("ring", "solved"),
+                                                                   ("bubble", "solved")]
+    assert tasks.summary() == {"solved": 2, "not yet": 0, "not tried": 0}
+
+
+def test_hints_work_before_the_check_one_at_a_time(capsys):
+    tasks = coursekit.Tasks()  # a fresh kernel: no check has run
+    hints = coursekit.exercises.course_hints()["ring_all_reduce"]
+    tasks.hint("ring_all_reduce")
+    tasks.hint("ring_all_reduce")
+    tasks.hint("ring_all_reduce")  # past the last: the last again
+    tasks.hint("ring_all_reduce", 1)
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"hint 1 of 2 (ring_all_reduce); run it again for hint 2: {hints[0]}"
+    assert shown[1] == f"hint 2 of 2 (ring_all_reduce) (the last one): {hints[1]}"
+    assert shown[2] == shown[1] and shown[3] == shown[0]
+    with pytest.raises(ValueError, match=r"it has 2 hint\(s\), ask for 1 to 2"):
+        tasks.hint("ring_all_reduce", 3)
+    with pytest.raises(ValueError, match="no task of that name has hints.*ring_all_reduce"):
+        tasks.hint("ring")
+
+
+def test_every_hint_a_notebook_names_exists_and_none_stands_in_a_cell():
+    """The texts say `tasks.hint("x", 1)`: x has hints in solutions/hints.yaml, and no cell
+    holds a hint's text (the last hint is close to the answer)."""
+    hints = coursekit.exercises.course_hints()
+    named, sources = set(), []
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            named.update(re.findall(r"tasks\.hint\(\\?\"(\w+)", cell.source))
+            sources.append(cell.source)
+    assert named and named <= set(hints), sorted(named - set(hints))
+    text = "\n".join(sources)
+    assert not [h for hs in hints.values() for h in hs if h[:60] in text]
+
+
+def test_written_tasks_and_the_progress_table(setup, capsys):
+    tasks = coursekit.Tasks()
     tasks.check("ring", False, "it sums", "rank 1 holds 3, one process 6: a chunk was dropped")
     tasks.check("atomic save", None, "", "write save_checkpoint() above, then run this cell")
-    with pytest.raises(ValueError, match="already checked"):
-        tasks.check("ring", True, "", "")
     shown = capsys.readouterr().out
-    assert "hint 2 of 2 (ring): send chunk (rank - step) % p" in shown
     assert "NOT YET (ring): rank 1 holds 3, one process 6: a chunk was dropped" in shown
     coursekit.save_results("04_a_real_ddp_training_loop", {}, setup, tasks=tasks)
     table = progress_table(setup.results_dir)
