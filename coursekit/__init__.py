@@ -4,7 +4,7 @@ Lesson content lives in the notebooks and launchers; this package only runs them
 """
 
 from . import progress
-from .cells import show_diff, show_outline
+from .cells import show_diff, show_functions, show_lines, show_outline
 from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
 from .exercises import Tasks, answer, answer_file, check_answer
@@ -40,5 +40,7 @@ __all__ = [
     "save_results",
     "spread",
     "show_diff",
+    "show_functions",
+    "show_lines",
     "show_outline",
 ]

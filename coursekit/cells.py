@@ -18,10 +18,12 @@ import ast
 import difflib
 from pathlib import Path
 
-LONG_CELL_LINES = 40  # a %%writefile cell with more non-blank lines than this is collapsed
+LONG_CELL_LINES = 60  # a %%writefile cell with more lines than this is collapsed
 MAX_OUTPUT_LINES = 40  # what one cell may print (and what a diff or outline may show)
 CONTEXT_LINES = 1  # unchanged lines shown around each change of a diff
-SHOW_CALLS = ("show_diff", "show_outline")
+SHOW_CALLS = ("show_diff", "show_outline", "show_functions", "show_lines")
+# these show a launcher's own lines; an outline of its names does not
+LESSON_CALLS = ("show_diff", "show_functions", "show_lines")
 DEFINITIONS = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
@@ -122,9 +124,59 @@ def show_outline(path: Path | str) -> Listing:
     return Listing(outline_lines(path), "text")
 
 
+def function_lines(path: Path | str, *names: str) -> list[str]:
+    """The source of the named top-level functions and classes of ``path`` (``Class.method``
+    for a method), in the file's order, each headed by its line numbers."""
+    source = Path(path).read_text()
+    lines, tree = source.splitlines(), ast.parse(source)
+    found = {}
+    for node in tree.body:
+        if isinstance(node, DEFINITIONS):
+            found[node.name] = node
+            if isinstance(node, ast.ClassDef):
+                methods = [m for m in node.body if isinstance(m, ast.FunctionDef)]
+                found.update({f"{node.name}.{m.name}": m for m in methods})
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ValueError(f"{_shown_name(path)} defines no {', '.join(missing)} (it has: "
+                         f"{', '.join(found)})")  # fmt: skip
+    shown = []
+    for node in sorted((found[n] for n in names), key=lambda n: n.lineno):
+        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        shown.append(f"# {_shown_name(path)}, lines {start}-{node.end_lineno}")
+        shown += lines[start - 1 : node.end_lineno]
+    return shown
+
+
+def show_functions(path: Path | str, *names: str) -> Listing:
+    """The lines a section teaches from launcher ``path``: the named functions, whole."""
+    return Listing(function_lines(path, *names), "python")
+
+
+def span_lines(path: Path | str, first: str, last: str) -> list[str]:
+    """The lines of ``path`` from the first one containing ``first`` to the next one, from
+    there on, containing ``last``, headed by their line numbers."""
+    lines = Path(path).read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if first in line), None)
+    if start is None:
+        raise ValueError(f"{_shown_name(path)} has no line containing {first!r}")
+    end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
+    if end is None:
+        raise ValueError(f"{_shown_name(path)} has no line containing {last!r} after line "
+                         f"{start + 1}")  # fmt: skip
+    return [f"# {_shown_name(path)}, lines {start + 1}-{end + 1}", *lines[start : end + 1]]
+
+
+def show_lines(path: Path | str, first: str, last: str) -> Listing:
+    """The lines a section teaches from launcher ``path`` when they are part of a longer
+    function: from the line containing ``first`` to the next containing ``last``."""
+    return Listing(span_lines(path, first, last), "python")
+
+
 def show_call(source: str) -> tuple[str, list[str]] | None:
     """``("show_diff", [old, new])`` when ``source`` is exactly one call
-    ``coursekit.show_diff(...)`` or ``coursekit.show_outline(...)`` with string arguments."""
+    ``coursekit.show_diff(...)``, ``show_outline(...)``, ``show_functions(...)`` or
+    ``show_lines(...)`` with string arguments."""
     try:
         body = ast.parse(source).body
     except SyntaxError:
@@ -150,14 +202,18 @@ def shown_lines(source: str, notebook_dir: Path) -> list[str] | None:
         return None
     name, args = found
     paths = [notebook_dir / a for a in args]
+    if name == "show_functions":
+        return function_lines(paths[0], *args[1:])
+    if name == "show_lines":
+        return span_lines(paths[0], *args[1:])
     return diff_lines(*paths) if name == "show_diff" else outline_lines(*paths)
 
 
 def is_long_writefile(cell) -> bool:
-    """A ``%%writefile`` code cell with more than LONG_CELL_LINES non-blank lines."""
+    """A ``%%writefile`` code cell whose file has more than LONG_CELL_LINES lines."""
     if cell.cell_type != "code" or not cell.source.startswith("%%writefile "):
         return False
-    return sum(1 for line in cell.source.splitlines() if line.strip()) > LONG_CELL_LINES
+    return len(cell.source.splitlines()) - 1 > LONG_CELL_LINES
 
 
 def is_collapsed(cell) -> bool:

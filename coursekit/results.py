@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +22,9 @@ from .exercises import Tasks
 
 def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = (),
                  tasks: Tasks | None = None) -> Path:  # fmt: skip
-    """Write ``figures``, ``claims`` and ``tasks`` for notebook ``stem`` and print them,
-    packed in a few lines; returns the file's path."""
+    """Write ``figures``, ``claims`` and ``tasks`` for notebook ``stem`` and say where, in one
+    line (the figures are the file's, for the tests and the report: the lesson has shown what
+    they mean); returns the file's path."""
     record: dict[str, object] = {"notebook": stem, "tier": setup.tier, "device": setup.device,
                                  "nproc": setup.nproc, "smoke": setup.smoke}
     for name, value in figures.items():
@@ -48,11 +48,6 @@ def save_results(stem: str, figures: dict, setup: Setup, claims: list[Claim] = (
     solved = sum(r["outcome"] == "solved" for r in record["tasks"])
     print(f"results -> {path}: {len(figures)} figures, {len(claims)} claims "
           f"({outcomes or 'none'}), {solved} of {len(record['tasks'])} tasks solved")
-    pairs = [f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}"
-             for name, value in figures.items()]  # fmt: skip
-    # packed, not one per line: the file has them all, the cell stays short
-    print(textwrap.fill("  ".join(pairs), width=100, initial_indent="  ", subsequent_indent="  ",
-                        break_long_words=False, break_on_hyphens=False))
     return path
 
 

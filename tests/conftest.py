@@ -2,6 +2,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,11 +54,59 @@ def figure_check_profile(folder: Path) -> Path:
     return ipython_dir
 
 
-def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.NotebookNode:
+def run_in_kernel(km, code: str, timeout_s: float = 300) -> str:
+    """Run ``code`` as a cell in the live kernel of ``km`` (as an attendee runs a cell again):
+    its printed text; an error in it fails the test with the kernel's traceback."""
+    from jupyter_client import BlockingKernelClient
+
+    kc = BlockingKernelClient()
+    kc.load_connection_info(km.get_connection_info())
+    kc.start_channels()
+    printed, errors = [], []
+
+    def keep(msg):
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            printed.append(content["text"])
+        elif msg["msg_type"] == "error":
+            errors.append("\n".join(content["traceback"]))
+
+    try:
+        kc.wait_for_ready(timeout=60)
+        kc.execute_interactive(code, output_hook=keep, timeout=timeout_s)
+    finally:
+        kc.stop_channels()
+    assert not errors, f"the cell raised, run again in the same kernel:\n{code}\n{errors[0]}"
+    return "".join(printed)
+
+
+def drive_attendee_loop(notebook: Path, km) -> None:
+    """After a run with wrong answers, in the same kernel, as an attendee goes on: every hint
+    the texts name (a fresh Tasks: hints need no check to have run), then every cell that
+    checks a task run again with the right answer (the reference solutions): each prints RIGHT,
+    none raises, and the notebook's tasks all end solved."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    named = sorted({n for c in cells for n in re.findall(r'tasks\.hint\("(\w+)"', c.source)})
+    for name in named:
+        shown = run_in_kernel(km, f"coursekit.Tasks().hint({name!r})")
+        assert shown.startswith("hint 1 of "), shown
+    checks = [c.source for c in cells if c.cell_type == "code"
+              and re.search(r"tasks\.(check|predict)\(", c.source)]  # fmt: skip
+    run_in_kernel(km, 'import os; os.environ["COURSE_SOLUTIONS"] = "1"  # the fix')
+    for source in checks:
+        shown = run_in_kernel(km, source)
+        assert "RIGHT (" in shown, f"run again with the right answer, it said:\n{shown[-1500:]}"
+    records = json.loads(run_in_kernel(km, "import json; print(json.dumps(tasks.records))"))
+    assert records and {r["outcome"] for r in records} == {"solved"}, records
+
+
+def run_papermill(notebook: Path, tmp_path: Path, parameters: dict,
+                  attendee_loop: bool = False) -> nbformat.NotebookNode:  # fmt: skip
     """Execute ``notebook`` with papermill as the tests do, and return the executed copy,
     after checking what a learner would see: no code cell printed more than
     MAX_OUTPUT_LINES lines, and every figure had a title and axis labels (the figure hook,
-    an IPython startup file inside the kernel, recorded those that did not)."""
+    an IPython startup file inside the kernel, recorded those that did not). With
+    ``attendee_loop``, the tasks are then solved in the same kernel (drive_attendee_loop)."""
     executed_path = tmp_path / notebook.name
     figure_log = tmp_path / "figure-check.jsonl"
     figure_log.unlink(missing_ok=True)
@@ -70,6 +119,8 @@ def run_papermill(notebook: Path, tmp_path: Path, parameters: dict) -> nbformat.
         # the course's one papermill executor (verify's); a notebook that hangs fails its test
         # (interrupted: the runner kills what it started) instead of holding the suite
         execute(notebook, executed_path, parameters, NOTEBOOK_TIMEOUT_S, km)
+        if attendee_loop:
+            drive_attendee_loop(notebook, km)
     finally:
         stop_kernel(km)
         for k, v in saved.items():
@@ -146,7 +197,8 @@ def kernel_environment(notebook: Path, env=os.environ) -> dict:
             or COURSE_VARIABLES.get(k, "\0") in text}  # fmt: skip
 
 
-def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
+def execute_notebook(stem_prefix: str, tmp_path: Path, attendee_loop: bool = False,
+                     **parameters) -> dict:  # fmt: skip
     """Run a notebook with papermill (SMOKE sizes unless told otherwise) as the course's
     verify command does, check what it shows (:func:`run_papermill`) and the results
     contract, and return its results file. A notebook the browser test already ran with
@@ -154,13 +206,13 @@ def execute_notebook(stem_prefix: str, tmp_path: Path, **parameters) -> dict:
     notebook = notebook_path(stem_prefix)
     results_dir = tmp_path / "results"
     shared = BROWSER_RUNS.get(stem_prefix)
-    if (shared and parameters == RUN_ONCE_PARAMETERS.get(stem_prefix)
+    if (shared and not attendee_loop and parameters == RUN_ONCE_PARAMETERS.get(stem_prefix)
             and shared.environment == kernel_environment(notebook)):  # fmt: skip
         shutil.copytree(shared.results_dir, results_dir)
         print(f"{notebook.name}: the results of the browser test's run ({shared.results_dir})")
     else:
-        run_papermill(notebook, tmp_path,
-                      {"SMOKE": True, "RESULTS_DIR": str(results_dir), **parameters})  # fmt: skip
+        run_papermill(notebook, tmp_path, {"SMOKE": True, "RESULTS_DIR": str(results_dir),
+                                           **parameters}, attendee_loop)  # fmt: skip
     results = json.loads((results_dir / f"{notebook.stem}.json").read_text())
     assert results["notebook"] == notebook.stem
     assert results["tier"] in {"cpu", "single-gpu", "multi-gpu"}

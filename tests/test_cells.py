@@ -58,6 +58,24 @@ def test_show_outline_lists_docstrings_and_sizes(tmp_path):
     assert lines[1].split() == ["def", "main", "4", "lines", "Run", "it."]
 
 
+def test_show_functions_and_show_lines_print_the_launchers_own_lines(tmp_path):
+    net = "\n\nclass Net:\n    def forward(self, x):\n        return x\n"
+    (tmp_path / "a.py").write_text(NEW + net)
+    shown = str(coursekit.show_functions(tmp_path / "a.py", "Net.forward", "main")).splitlines()
+    assert shown == [f"# {tmp_path.name}/a.py, lines 7-11", "def main():", '    """Run it."""',
+                     '    print("hello, world")', '    print("bye")', "    return 0",
+                     f"# {tmp_path.name}/a.py, lines 15-16", "    def forward(self, x):",
+                     "        return x"]  # fmt: skip
+    with pytest.raises(ValueError, match="defines no train"):
+        coursekit.show_functions(tmp_path / "a.py", "train")
+    span = str(coursekit.show_lines(tmp_path / "a.py", "hello", "return")).splitlines()
+    assert span == [f"# {tmp_path.name}/a.py, lines 9-11", '    print("hello, world")',
+                    '    print("bye")', "    return 0"]  # fmt: skip
+    with pytest.raises(ValueError, match="no line containing 'import torch' after line 9"):
+        coursekit.show_lines(tmp_path / "a.py", "hello", "import torch")
+    assert shown_lines('coursekit.show_lines("a.py", "hello", "return")', tmp_path) == span
+
+
 def test_shown_lines_reads_the_call_statically(tmp_path):
     (tmp_path / "a.py").write_text(OLD)
     (tmp_path / "b.py").write_text(NEW)

@@ -12,6 +12,7 @@ import pytest
 from conftest import NOTEBOOKS, ROOT
 
 from coursekit.cells import (
+    LONG_CELL_LINES,
     MAX_OUTPUT_LINES,
     is_collapsed,
     is_long_writefile,
@@ -41,8 +42,13 @@ def test_parameters_cell_follows_the_contract(notebook):
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     assigned = {t.id for node in ast.parse(cell.source).body for t in node.targets}
     assert assigned == CONTRACT
-    # the results file is named after the notebook
-    assert f'save_results("{notebook.stem}"' in "".join(c.source for c in nb.cells)
+    # the results file is named after the notebook: its lesson module (coursekit/lessons/nbNN.py)
+    # writes it under STEM
+    module = ROOT / "coursekit" / "lessons" / f"nb{notebook.stem[:2]}.py"
+    source = "".join(c.source for c in nb.cells)
+    assert f"from coursekit.lessons import nb{notebook.stem[:2]} as lesson" in source
+    assert f'STEM = "{notebook.stem}"' in module.read_text()
+    assert "save_results(STEM," in module.read_text()
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
@@ -77,12 +83,18 @@ def test_ruff_is_clean():
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_long_launchers_are_collapsed_with_their_diff_in_view(notebook):
-    """A %%writefile cell over LONG_CELL_LINES non-blank lines is collapsed in JupyterLab, and
-    the next cell is one coursekit.show_diff/show_outline call about the file it writes, whose
-    output (computed here from the launcher files) fits MAX_OUTPUT_LINES."""
+    """A %%writefile cell whose file runs over LONG_CELL_LINES lines is collapsed in JupyterLab,
+    and the next cell is one coursekit.show_diff/show_functions/show_outline call about the file
+    it writes, whose output (computed here from the launcher files) fits MAX_OUTPUT_LINES. A
+    shorter one is open: its lines are the lesson (coursekit/screen.py counts which launchers
+    have their lesson lines on screen)."""
     cells = nbformat.read(notebook, as_version=4).cells
     problems = []
     for i, cell in enumerate(cells):
+        if cell.cell_type == "code" and cell.source.startswith("%%writefile ") \
+                and not is_long_writefile(cell) and is_collapsed(cell):
+            problems.append(f"cell {i}: a launcher of {LONG_CELL_LINES} lines or fewer is "
+                            "collapsed: open it, its lines are the lesson")
         if not is_long_writefile(cell):
             continue
         written = cell.source.splitlines()[0].split()[-1]  # %%writefile [-a] PATH
@@ -92,11 +104,11 @@ def test_long_launchers_are_collapsed_with_their_diff_in_view(notebook):
         after = cells[i + 1] if i + 1 < len(cells) else None
         call = show_call(after.source) if after and after.cell_type == "code" else None
         if call is None:
-            problems.append(f"{where}: the next cell is not one coursekit.show_diff(old, new) "
-                            "or coursekit.show_outline(path) call")  # fmt: skip
+            problems.append(f"{where}: the next cell is not one coursekit.show_diff(old, new), "
+                            "show_functions(path, name, ...) or show_outline(path) call")
             continue
         name, args = call
-        if args[-1] != written:
+        if (args[-1] if name == "show_diff" else args[0]) != written:
             problems.append(f"{where}: the {name} after it is about {args[-1]}")
         shown = shown_lines(after.source, notebook.parent)
         if len(shown) > MAX_OUTPUT_LINES:
