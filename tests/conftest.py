@@ -130,8 +130,25 @@ def run_papermill(notebook: Path, tmp_path: Path, parameters: dict,
                 os.environ[k] = v
     executed = nbformat.read(executed_path, as_version=4)
     assert_output_sizes(notebook, executed)
+    assert_no_blanks(notebook, executed)
     assert_figures_checked(notebook, executed, figure_log)
     return executed
+
+
+def assert_no_blanks(notebook: Path, executed: nbformat.NotebookNode) -> None:
+    """No printed line reads as a template with its figures left out ("took …x the time"):
+    a claim that did not hold or could not run says so in plain sentences."""
+    blank = []
+    for i, cell in committed_cells(executed):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data:
+                continue  # a widget's text/plain is its truncated repr, never shown
+            text = out.get("text") or data.get("text/markdown") or data.get("text/plain", "")
+            text = "".join(text) if isinstance(text, list) else text
+            blank += [f"cell {i}: {line.strip()[:120]}" for line in text.splitlines()
+                      if "…" in line]  # fmt: skip
+    assert not blank, f"{notebook.name}: output with blanks:\n  " + "\n  ".join(blank)
 
 
 def assert_output_sizes(notebook: Path, executed: nbformat.NotebookNode) -> None:

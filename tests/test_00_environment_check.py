@@ -20,7 +20,7 @@ def wrong_run(tmp_path_factory):
     COURSE_SOLUTIONS=1), one run for both."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_SOLUTIONS", str(WRONG))  # the kernel inherits it
-        return execute_notebook("00", tmp_path_factory.mktemp("nb00"))
+        return execute_notebook("00", tmp_path_factory.mktemp("nb00"), attendee_loop=True)
 
 
 def test_environment_check(wrong_run):

@@ -112,7 +112,7 @@ def test_the_tasks_accept_the_references(reference_run):
 
 def test_the_tasks_reject_wrong_answers_with_three_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
-    r = execute_notebook("01", tmp_path, NPROC=3)
+    r = execute_notebook("01", tmp_path, attendee_loop=True, NPROC=3)
     assert [(t["name"], t["outcome"]) for t in r["tasks"]] == [
         ("memory_trend", "not yet"), ("largest_dp_batch", "not yet")]
     assert r["ddp_world_size"] == 3 and r["ddp_tensor_balance_max_over_min"] < 1.05

@@ -37,7 +37,7 @@ def test_training_loop_notebook(nproc, tmp_path, monkeypatch):
         monkeypatch.setenv("COURSE_SOLUTIONS", "1")
     else:
         monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb04"))
-    r = execute_notebook("04", tmp_path, NPROC=nproc)
+    r = execute_notebook("04", tmp_path, attendee_loop=nproc != 2, NPROC=nproc)
     assert r["world_size"] == nproc and r["backend"] == "gloo"
     # it trains: the loss falls and the held-out accuracy rises, in every run
     assert r["final_loss"] < 0.9 * r["first_loss"]
@@ -62,12 +62,26 @@ def test_training_loop_notebook(nproc, tmp_path, monkeypatch):
 
 
 def test_every_planted_mistake_of_the_save_is_named_and_the_reference_accepted(tmp_path):
-    """The check runs in the test's own process (no launch): each candidate saves beside a
-    previous checkpoint, to the end, cut off halfway, and as rank 1."""
+    """The check runs each candidate in a child process beside a previous checkpoint, to the
+    end, killed (SIGKILL) halfway through the write, and as rank 1, watching the folder: a right
+    answer passes whatever names it uses (issue 43: `from torch import save` was rejected)."""
     check = task_checks("04")["check_save_checkpoint"]
     reference = load_module(ROOT / "solutions" / "04_a_real_ddp_training_loop.py")
     ok, message = check(reference.save_checkpoint)
     assert ok is True and "still held the previous checkpoint" in message, message
+
+    def other_names(path, state, rank):
+        from os import replace
+
+        from torch import save
+
+        if rank == 0:
+            part = f"{path}.part"
+            save(state, part)
+            replace(part, path)
+
+    ok, message = check(other_names)
+    assert ok is True, message
 
     def starter(path, state, rank):
         raise NotImplementedError

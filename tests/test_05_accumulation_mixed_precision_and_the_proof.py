@@ -79,7 +79,7 @@ def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
     there; make verify runs 2 at full size), the wrong answers of solutions_wrong/nb05: both
     tasks are NOT YET and the notebook runs to its end."""
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb05"))
-    r = execute_notebook("05", tmp_path, NPROC=3)
+    r = execute_notebook("05", tmp_path, attendee_loop=True, NPROC=3)
     assert solved(r)["accumulation_step"] is False and solved(r)["allreduces"] is False
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
 

@@ -77,7 +77,7 @@ def test_wrong_predictions_through_the_whole_notebook(tmp_path, monkeypatch):
     other parameters than the browser's run, so a run of its own, whose launches (the same
     as the browser's, which they ended well within) replay that run's (coursekit/replay.py)."""
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))
-    r = execute_notebook("06", tmp_path, NPROC=2, TIMEOUT_S=590)
+    r = execute_notebook("06", tmp_path, attendee_loop=True, NPROC=2, TIMEOUT_S=590)
     solved = {t["name"]: t["outcome"] == "solved" for t in r["tasks"]}
     assert solved == {"fastest": False, "bucket_cap_mb": False}
     assert solved["fastest"] is False and len(r["claims"]) >= 10

@@ -179,7 +179,7 @@ def test_notebook_with_wrong_wrappers(tmp_path, monkeypatch):
                           ("bucketed_ddp", "one_bucket")]:  # fmt: skip
         shutil.copy(planted(task, tmp_path / "planted" / task)[mistake], folder / TASKS[task][0])
     monkeypatch.setenv("COURSE_SOLUTIONS", str(folder))
-    r = execute_notebook("07", tmp_path)
+    r = execute_notebook("07", tmp_path, attendee_loop=True)
     assert r["world_size"] == 2 and r["backend"] == "gloo"
     assert r["naive_passed"] is False and r["overlapped_passed"] is False
     assert r["bucketed_passed"] is False and r["exercise_passed"] is False

@@ -72,7 +72,7 @@ def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
     wrong = wrong_answers("nb08", tmp_path / "wrong",
                           {"pitfall_logging.py": ("logging_fix", "only_stop_fixed")})  # fmt: skip
     monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
-    r = execute_notebook("08", tmp_path, NPROC=3)
+    r = execute_notebook("08", tmp_path, attendee_loop=True, NPROC=3)
     assert_every_pitfall(r)
     assert solved(r) == {"where_stuck": "not yet", "logging_fix": "not yet"}
     assert solved(r)["logging_fix"] != "solved" and r["hang_fixed"] is True

@@ -92,7 +92,7 @@ def test_wrong_solution_three_ranks(tmp_path, monkeypatch):
     hang_fixed = {"pitfalls_exercise.py": ("pitfalls_exercise", "only_hang_fixed")}
     wrong = wrong_answers("nb09", tmp_path / "wrong", hang_fixed)
     monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
-    r = execute_notebook("09", tmp_path, NPROC=3)
+    r = execute_notebook("09", tmp_path, attendee_loop=True, NPROC=3)
     assert_every_pitfall(r)
     assert r["exercise_passed"] is False
     assert solved(r) == {"padded_twice": "not yet", "pitfalls_exercise": "not yet"}

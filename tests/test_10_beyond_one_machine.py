@@ -20,7 +20,7 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     are what the run measured."""
     monkeypatch.setenv("COURSE_SLURM_DIR", str(slurm_cluster.state))  # the notebook's Slurm
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG))  # the kernel inherits it
-    results = execute_notebook("10", tmp_path)
+    results = execute_notebook("10", tmp_path, attendee_loop=True)
     # two nodes (one rank each in SMOKE) form one job
     assert results["nodes"] == 2
     assert results["two_node_world_size"] == 2 * results["ranks_per_node"]

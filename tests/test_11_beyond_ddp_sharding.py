@@ -130,7 +130,7 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
     shutil.copy(planted("zero1", tmp_path / "planted")["no_broadcast"], wrong / "zero1.py")
     (wrong / "11_beyond_ddp_sharding.py").write_text("gpus_for_20b = 4  # 320 GB / 80 GiB\n")
     monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
-    r = execute_notebook("11", tmp_path, NPROC=2)
+    r = execute_notebook("11", tmp_path, attendee_loop=True, NPROC=2)
     assert {t["name"]: t["outcome"] for t in r["tasks"]} == {"zero1": "not yet",
                                                              "gpus_for_20b": "not yet"}
     assert r["world_size"] == 2 and r["zero_max_param_diff_f64"] <= r["f64_tolerance"]

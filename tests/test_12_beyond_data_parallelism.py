@@ -94,7 +94,7 @@ def test_wrong_answers_run_to_the_end_rejected(tmp_path, monkeypatch):
         "bubble_m = 5  # not among the runs: judged at 2N\n\n\n"
         "def bubble(p, m):\n    return 0.0  # 1F1B keeps every stage busy\n")
     monkeypatch.setenv("COURSE_SOLUTIONS", str(wrong))
-    r = execute_notebook("12", tmp_path, NPROC=3)
+    r = execute_notebook("12", tmp_path, attendee_loop=True, NPROC=3)
     assert {t["name"]: t["outcome"] for t in r["tasks"]} == {"megatron_mlp": "not yet",
                                                              "bubble": "not yet"}
     assert r["world_size"] == 3 and r["pipeline_microbatches_shown"] == 6

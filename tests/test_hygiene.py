@@ -19,6 +19,7 @@ from coursekit.cells import (
     show_call,
     shown_lines,
 )
+from coursekit.screen import MAX_BOOKKEEPING_SHARE, report, screen
 
 CONTRACT = {"DEVICE", "NPROC", "SMOKE", "TIMEOUT_S", "RESULTS_DIR"}
 
@@ -115,3 +116,33 @@ def test_long_launchers_are_collapsed_with_their_diff_in_view(notebook):
             problems.append(f"{where}: its {name} shows {len(shown)} lines (at most "
                             f"{MAX_OUTPUT_LINES}: show_outline, or a smaller step)")  # fmt: skip
     assert not problems, "\n".join(problems)
+
+
+def test_the_learners_screen_shows_the_lesson():
+    """make screen's goals (coursekit/screen.py): the calls of the claims, tasks and results
+    bookkeeping at most 8 % of the visible code lines, no visible cell over 30 lines, and every
+    launcher's lesson lines on screen (its cell open, or its diff or functions printed below)."""
+    screens = [screen(nb) for nb in NOTEBOOKS]
+    visible = sum(s.visible_lines for s in screens)
+    share = sum(s.bookkeeping for s in screens) / visible
+    assert share <= MAX_BOOKKEEPING_SHARE, report(screens)
+    assert not [s.long_cells for s in screens if s.long_cells], report(screens)
+    assert not [s.hidden_launchers for s in screens if s.hidden_launchers], report(screens)
+    assert all(s.share <= 2 * MAX_BOOKKEEPING_SHARE for s in screens), report(screens)
+
+
+def test_the_screen_counts_bookkeeping_long_cells_and_hidden_launchers(tmp_path):
+    """The instrument itself, on a made-up notebook."""
+    launcher = "%%writefile ../launchers/x.py\n" + "x = 1\n" * 70
+    cells = [nbformat.v4.new_code_cell("claims.check('a', 'b > 1', b=2)\nx = 1"),
+             nbformat.v4.new_code_cell("\n".join(["y = 2"] * 31)),
+             nbformat.v4.new_code_cell(launcher, metadata={"jupyter": {"source_hidden": True}}),
+             nbformat.v4.new_code_cell('coursekit.show_outline("../launchers/x.py")')]
+    path = tmp_path / "99_made_up.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    seen = screen(path)
+    assert (seen.visible_lines, seen.bookkeeping) == (34, 1)
+    assert seen.long_cells == [(1, 31)] and seen.hidden_launchers == [(2, "../launchers/x.py")]
+    cells[3].source = 'coursekit.show_lines("../launchers/x.py", "x = 1", "x = 1")'
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    assert screen(path).hidden_launchers == []

@@ -1,0 +1,261 @@
+"""Notebook 06, DP vs DDP measured: its claims and results record."""
+
+from __future__ import annotations
+
+from statistics import median as med
+
+import numpy as np
+
+from ..claims import claim, spread
+from ..results import save_results
+from . import closing
+
+STEM = "06_dp_vs_ddp_measured"
+TIE = "{what}: no measurable difference ({ratio_low:.2f}x to {ratio_high:.2f}x over the rounds)"
+
+
+def ddp_name(n: int) -> str:
+    return f"DDP {n} rank{'s' * (n > 1)}"
+
+
+def claim_ddp_vs_dp(claims, *, secs: dict, speedup: dict, bench: dict, n: int, dp_name: str,
+                    solo: str, all_threads: list, wire_ms: float) -> dict:  # fmt: skip
+    """DDP against DP on both models, and one process on every core against DDP (CPU);
+    returns {model: its DDP vs DP claim}."""
+    N, DDP_N = n, ddp_name(n)  # the notebook's names
+    py, mm = secs["python"], secs["matmul"]
+    ddp_vs_dp = {"python": claims.compare(
+        "On the Python-heavy model DDP's {n} ranks stepped {ratio:.2f}x faster than DP's {n} "
+        "threads", less=py[DDP_N], more=py[dp_name], tie=TIE,
+        what="DDP vs DP, Python-heavy model", n=N,
+        dp_x=speedup["python"][dp_name], ddp_x=speedup["python"][DDP_N],
+        load=bench["load_average"][0], cpus=bench["cpus"],
+        otherwise="On the Python-heavy model DP stepped faster than DDP in every round (DDP at "
+        "{ratio:.2f}x DP's speed; DP {dp_x:.2f}x, DDP {ddp_x:.2f}x one process; load average "
+        "{load:.1f} on {cpus} CPUs)")}  # fmt: skip
+    gap_ms = (med(mm[DDP_N]) - med(mm[solo]) / N) * 1e3  # DDP's step above 1/N of one process's
+    ddp_vs_dp["matmul"] = claims.compare(
+        "On the matmul model DDP's {n} ranks stepped {ratio:.2f}x faster than DP's {n} threads",
+        less=mm[DDP_N], more=mm[dp_name], tie=TIE, what="DDP vs DP, matmul model", n=N,
+        dp_x=speedup["matmul"][dp_name], gap_ms=gap_ms, wire_ms=wire_ms,
+        share=wire_ms / max(gap_ms, 1e-3),
+        otherwise="On the matmul model DP stepped faster than DDP in every round (DDP at "
+        "{ratio:.2f}x DP's speed, DP {dp_x:.2f}x one process); DDP's step was {gap_ms:.1f} ms "
+        "above 1/{n} of one process's, the alpha-beta wire time {wire_ms:.1f} ms ({share:.0%} of "
+        "that)")  # fmt: skip
+    one_vs_ddp = ("On the matmul model one process with {k} threads ({thr_x:.2f}x one thread) "
+                  "stepped {ratio:.2f}x faster than DDP's {n} ranks")  # fmt: skip
+    if all_threads:  # CPU cores: one process can use them all
+        th = bench["scaling"]["matmul"]["threads"]  # timed apart from the rest: unpaired
+        claims.compare(
+            one_vs_ddp, less=th[all_threads[0]], more=mm[DDP_N],
+            paired=False, tie=TIE, what="one process vs DDP, matmul model", n=N,
+            k=bench["threads_per_rank"] * N, thr_x=med(th[solo]) / med(th[all_threads[0]]),
+            otherwise="On the matmul model DDP's {n} ranks stepped faster than one process with "
+            "{k} threads (DDP's step {ratio:.2f}x its; its threads ran {thr_x:.2f}x one thread)")
+    else:
+        claims.skip(one_vs_ddp, n=N, expect="one process on every CPU core as threads would be "
+                    "timed against DDP's {n} ranks",
+                    why="one process drives one GPU here: no thread count to compare")  # fmt: skip
+    return ddp_vs_dp
+
+
+def claim_memory(claims, *, dp_ratio: float, ddp_balance: float, bucket_copy: float) -> None:
+    """DP's device 0 against its last device, DDP's ranks against each other (calculator)."""
+    claims.check(
+        "With AdamW DP's device 0 needs {dp_ratio:.2f}x its last device's memory (calculator); "
+        "DDP's ranks need the same ({ddp_balance:.2f}x), {bucket_mib:.1f} MiB of it the bucket "
+        "copy", "dp_ratio > 1 and ddp_balance == 1", dp_ratio=dp_ratio, ddp_balance=ddp_balance,
+        bucket_mib=bucket_copy / 2**20, otherwise="With AdamW the calculator puts DP's device 0 "
+        "at {dp_ratio:.3f}x its last device, DDP's ranks at {ddp_balance:.2f}x each other")
+
+
+def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int,
+                ddp_rounds: list) -> tuple[int, dict, float]:  # fmt: skip
+    """The two ends of the batch sweep, the alpha-beta line against the measured spread, and
+    section 2's DDP stepped again in the sweep's rounds (``ddp_rounds``: section 2's).
+    Returns (the points where the line lies above the spread, the same-rounds spread, the
+    ratio minutes apart)."""
+    N = n  # the notebook's name
+    small, large = sweep[0], sweep[-1]
+    above = sum(s["pred"] > max(s["effs"]) for s in sweep)  # the line above the whole spread
+    claims.compare(
+        "At the compute-bound end (batch {batch} per rank) {n} ranks took {ratio:.2f}x one "
+        "process's step at the same batch per rank", less=large["one"], more=large["many"],
+        tie=TIE, n=N, what=f"compute-bound end, {N} ranks vs one process", batch=large["batch"],
+        otherwise="At the compute-bound end (batch {batch} per rank) {n} ranks stepped faster "
+        "than one process in every round ({ratio:.2f}x its step time)")  # fmt: skip
+    claims.compare(
+        "The communication-bound end (batch {small}, efficiency {less_median:.2f}) scaled worse "
+        "than the compute-bound end (batch {large}, {more_median:.2f})", less=small["effs"],
+        more=large["effs"], paired=False, tie=TIE, what="efficiency at the two ends of the sweep",
+        small=small["batch"], large=large["batch"], otherwise="The communication-bound end "
+        "(batch {small}, {less_median:.2f}) scaled better than the compute-bound end "
+        "({more_median:.2f})")  # fmt: skip
+    explained = ("at batch {small} its wire time is {share:.0%} of what {n} ranks took beyond "
+                 "one process")  # fmt: skip
+    claims.check(
+        "The alpha-beta line lies above the measured spread at none of the {points} batch sizes; "
+        + explained, "above == 0", above=above, points=len(sweep), small=small["batch"],
+        share=small["wire_share"], n=N, otherwise="The alpha-beta line lies above the measured "
+        "spread at {above} of {points} batch sizes; " + explained)  # fmt: skip
+    at = next(p["seconds"] for p in bench["sweep"] if p["batch_per_rank"] == batch)
+    again = at["the scaling part's DDP"]  # section 2's DDP, stepped again in these rounds
+    same = spread(at[f"{N} ranks"], again)  # per round, side by side
+    apart = med(ddp_rounds) / med(at[f"{N} ranks"])  # section 2's own rounds, minutes before
+    claims.check(
+        "Section 2's DDP, stepped again in the sweep's rounds at batch {batch} per rank, matches "
+        "the sweep's ({ratio_low:.2f}x to {ratio_high:.2f}x); minutes apart they differed by "
+        "{apart:.2f}x, load average {load_2:.1f} then {load_3:.1f}",
+        "ratio_low <= 1 and ratio_high >= 1",
+        batch=batch, apart=apart, load_2=bench["load_average_scaling"],
+        load_3=bench["load_average_sweep"], **same, otherwise="Section 2's DDP, stepped again in "
+        "the sweep's rounds at batch {batch} per rank, differs from the sweep's ({ratio_low:.2f}x "
+        "to {ratio_high:.2f}x); minutes apart {apart:.2f}x, load average {load_2:.1f} then "
+        "{load_3:.1f}")  # fmt: skip
+    return above, same, apart
+
+
+def claim_buckets(claims, *, step_ms: dict, made: dict, caps: dict, best_cap: float,
+                  next_cap: float, cap_buckets: dict, tensors: int):  # fmt: skip
+    """DDP's buckets against one blocking all-reduce per tensor, the buckets an explicit cap
+    makes, and the fastest cap; returns the first claim."""
+    DEFAULT = "DDP default buckets"  # the notebook's name
+    blocking = claims.compare(
+        "DDP's default buckets stepped {ratio:.1f}x faster than one blocking all-reduce per "
+        "tensor ({tensors} calls in a row)", less=step_ms[DEFAULT],
+        more=step_ms["per-parameter, blocking"], tie=TIE,
+        what="default buckets vs blocking per tensor", tensors=tensors,
+        otherwise="One blocking all-reduce per tensor stepped faster than DDP's buckets in every "
+        "round ({ratio:.2f}x their speed)")  # fmt: skip
+    if made.get(DEFAULT) and all(cap_buckets.values()):
+        claims.check(
+            "DDP's default made {default} buckets, an explicit bucket_cap_mb=25 made {explicit}: "
+            "an explicit cap also sets the first bucket's", "explicit < default",
+            default=made[DEFAULT], explicit=cap_buckets.get(25.0, made[DEFAULT]),
+            otherwise="DDP's default and an explicit bucket_cap_mb=25 made the same number of "
+            "buckets here ({default})")  # fmt: skip
+        fastest = claims.compare(
+            "The fastest cap, {best:g} MiB ({buckets} buckets), stepped {ratio:.2f}x faster than "
+            "the next, {next:g} MiB", less=caps[best_cap], more=caps[next_cap], tie=TIE,
+            best=best_cap, next=next_cap, buckets=cap_buckets[best_cap],
+            what="the two fastest caps",
+            otherwise="{next:g} MiB stepped faster than {best:g} MiB in every round")  # fmt: skip
+        between = ("The fastest cap, {best:g} MiB ({buckets} buckets), lies between the extremes "
+                   "(1 and {most} buckets)")  # fmt: skip
+        if fastest.outcome == "held":
+            claims.check(
+                between, "buckets > 1 and buckets < most", best=best_cap,
+                buckets=cap_buckets[best_cap], most=max(cap_buckets.values()),
+                otherwise="The fastest cap, {best:g} MiB ({buckets} buckets), is an extreme of 1 "
+                "to {most} buckets")  # fmt: skip
+        else:
+            claims.skip(
+                between, most=max(cap_buckets.values()), expect="the fastest cap would be placed "
+                "between the extremes (1 and {most} buckets)", why="no cap was measurably "
+                f"fastest: {best_cap:g} and {next_cap:g} MiB tie over the rounds")  # fmt: skip
+    return blocking
+
+
+def claim_bucket_view(claims, *, step_ms: dict):
+    """gradient_as_bucket_view=True against the default buckets; returns the claim."""
+    return claims.compare(
+        "gradient_as_bucket_view=True stepped {ratio:.2f}x faster at the same buckets",
+        less=step_ms["DDP default buckets, gradient_as_bucket_view"],
+        more=step_ms["DDP default buckets"], tie=TIE, what="gradient_as_bucket_view=True",
+        otherwise="gradient_as_bucket_view=True stepped slower in every round ({ratio:.2f}x the "
+        "default's speed)")  # fmt: skip
+
+
+def claim_overlap(claims, *, profile: dict) -> None:
+    """How much of the all-reduce time lies inside backward (the profiled steps' median)."""
+    overlap_fraction = profile["overlap_fraction"]  # the median of the profiled steps
+    overlap_basis, fractions = profile["overlap_basis"], profile["overlap_fractions"]
+    claims.check(
+        "{fraction:.0%} of the all-reduce time lies inside backward (median of {k} profiled "
+        "steps, {low:.0%} to {high:.0%}; {basis})", "fraction > 0.5", fraction=overlap_fraction,
+        basis=overlap_basis, k=len(fractions), low=min(fractions), high=max(fractions),
+        otherwise="Only {fraction:.0%} of the all-reduce time lies inside backward (median of "
+        "{k} profiled steps, {low:.0%} to {high:.0%}; {basis}): most of it came after backward")
+
+
+def claim_order(claims, *, one_r: list, dp_r: list, ddp_r: list):
+    """Whether the MLP keeps the order reported for GPUs (DDP, DP, one device), decided over
+    two comparisons; printed and kept; returns the claim."""
+    a, b = spread(ddp_r, dp_r), spread(dp_r, one_r)  # DDP < DP, DP < one
+    order = claim(
+        "Here the MLP keeps the reported order: DDP took {ddp:.2f}, DP {dp:.2f} of one process's "
+        "step", "ddp_dp_low > 1 and dp_one_low > 1", tie_condition="ddp_dp_high >= 1 and "
+        "dp_one_high >= 1", tie="Here the MLP's order is not measurable: DDP took {ddp:.2f}, DP "
+        "{dp:.2f} of one process's step, inside the rounds' spread",
+        otherwise="Here the MLP does not keep the reported order: DDP took {ddp:.2f}, DP {dp:.2f} "
+        "of one process's step, one of the two reversed in every round",
+        ddp=med(ddp_r) / med(one_r), dp=med(dp_r) / med(one_r), ddp_dp_low=a["ratio_low"],
+        ddp_dp_high=a["ratio_high"], dp_one_low=b["ratio_low"], dp_one_high=b["ratio_high"])
+    claims.append(order)  # a claim over two comparisons: made with coursekit.claim, kept here
+    print(order.describe())
+    return order
+
+
+def slug(cap: float) -> str:
+    return f"{cap:g}".replace(".", "p")
+
+
+def save(setup, claims, tasks, *, bench: dict, alpha: float, beta: float, backward_s: float,
+         speedup: dict, efficiency: dict, dp_name: str, all_threads: list, tied: dict,
+         ddp_vs_dp: dict, dp_device0_ratio: float, ddp_balance: float, sweep: list, above: int,
+         same: dict, apart: float, step_ms: dict, made: dict, blocking, view, best_cap: float,
+         next_cap: float, cap_buckets: dict, fast: list, right: tuple, trace, ddp_lines: list,
+         logs: list, order) -> None:  # fmt: skip
+    """The results record; ``right``: the lowest and highest cap judged right."""
+    N, DDP_N, ALL = setup.nproc, ddp_name(setup.nproc), all_threads  # the notebook's names
+    DEFAULT = "DDP default buckets"  # the notebook's name
+    small, large = sweep[0], sweep[-1]
+    effs = [s["eff"] for s in sweep]
+    profile = bench["profile"]
+    r3 = {k: round(v, 3) for k, v in {
+        "ddp_over_dp_python": ddp_vs_dp["python"].figures["ratio"],
+        "ddp_over_dp_matmul": ddp_vs_dp["matmul"].figures["ratio"],
+        "python_ddp_speedup": speedup["python"][DDP_N],
+        "python_dp_speedup": speedup["python"][dp_name],
+        "matmul_dp_speedup": speedup["matmul"][dp_name],
+        **({"speedup_all_threads": speedup["matmul"][ALL[0]]} if ALL else {}),
+        **{f"efficiency_{n}": e for n, e in efficiency.items()},
+        "sweep_best_efficiency": max(effs), "sweep_worst_efficiency": min(effs),
+        "sweep_compute_bound_efficiency": large["eff"], "sweep_comm_bound_efficiency": small["eff"],
+        "prediction_mae": float(np.mean(np.abs(np.array(effs) - [s["pred"] for s in sweep]))),
+        "wire_share_comm_bound": small["wire_share"], "section2_vs_sweep_apart": apart,
+        "section2_vs_sweep_same_rounds": same["ratio"],
+        "ddp_vs_blocking_ratio": blocking.figures["ratio"],
+        "ddp_vs_flat_ratio": med(step_ms["one flat all-reduce"]) / med(step_ms[DEFAULT]),
+        "ddp_vs_async_ratio": (med(step_ms["per-parameter, async in backward"])
+                               / med(step_ms[DEFAULT])),
+        "bucket_view_speedup": view.figures["ratio"],
+        "overlap_fraction": profile["overlap_fraction"],
+        "dp_device0_memory_ratio": dp_device0_ratio, "ddp_memory_balance": ddp_balance,
+        "here_ddp_vs_1_process": order.figures["ddp"], "here_dp_vs_1_process": order.figures["dp"],
+    }.items()}  # fmt: skip
+    figures = {
+        "world_size": N, "backend": bench["backend"], "threads_per_rank": bench["threads_per_rank"],
+        "beta_gbps": round(beta / 1e9, 3) if beta < float("inf") else "none: flat times",
+        "cpus": bench["cpus"], "load_average_before": bench["load_average"][0],
+        "load_average_after": bench["load_average_after"][0], **r3,
+        "sweep_best_batch": sweep[int(np.argmax(effs))]["batch"],
+        "sweep_worst_batch": sweep[int(np.argmin(effs))]["batch"], "sweep_points": len(sweep),
+        "prediction_points_above": above, "alpha_us": round(alpha * 1e6, 1),
+        "bucket_cap_best_mb": best_cap, "bucket_cap_next_mb": next_cap,
+        **{f"buckets_cap_{slug(cap)}": n for cap, n in cap_buckets.items() if n},
+        **({"buckets_default": made[DEFAULT]} if made.get(DEFAULT) else {}),
+        "overlap_basis": profile["overlap_basis"],
+        "peak_memory_measured": bench["ranks"][0]["peak_what"],
+        "trace_saved": trace.exists(), "ddp_lines": len(ddp_lines), "ddp_log_files": len(logs),
+        "backward_ms": backward_s * 1e3, "fastest_matmul": " ≈ ".join(tied["matmul"]),
+        "fastest_python": " ≈ ".join(tied["python"]),
+        "bucket_caps_not_slower": ", ".join(f"{c:g}" for c in fast),
+        "bucket_cap_right_low": right[0], "bucket_cap_right_high": right[1],
+    }  # fmt: skip
+    save_results(STEM, figures, setup, claims=claims, tasks=tasks)
+
+
+def close(setup, claims) -> None:
+    closing(setup, claims, STEM)

@@ -1,0 +1,111 @@
+"""Notebook 09, pitfalls in real training: its claims and results record."""
+
+from __future__ import annotations
+
+from ..results import save_results
+from . import closing
+
+STEM = "09_pitfalls_in_real_training"
+
+
+def claim_unused(claims, *, reproduced: bool) -> None:
+    claims.check("DDP refused the step after the one that left the auxiliary head without "
+                 "gradients: 'Expected to have finished reduction in the prior iteration'",
+                 "reproduced == True", reproduced=reproduced,
+                 otherwise="the run did not fail with DDP's unused-parameter error (the MISSING "
+                 "line above); its output says what happened instead")  # fmt: skip
+
+
+def claim_fixes(claims, *, calls: dict, buckets: dict, rounds: dict):
+    """The two fixes compared: collectives per step, then time per round; returns the timing
+    claim (its ratio goes into the results)."""
+    fu, au = calls["find_unused"][-1], calls["always_used"][-1]  # the last step's
+    claims.check("find_unused_parameters=True made {fu} collectives per step against {au} "
+                 "without it, with {fu_buckets} gradient bucket(s) each: one more, the "
+                 "all-reduce of the used-parameter map", "extra == 1 and fu_buckets == au_buckets",
+                 fu=fu, au=au, extra=fu - au, fu_buckets=buckets["find_unused"],
+                 au_buckets=buckets["always_used"],
+                 otherwise="the last step made {fu} collectives with the search and {au} "
+                 "without, for {fu_buckets} and {au_buckets} gradient bucket(s)")  # fmt: skip
+    return claims.compare(
+        "find_unused_parameters=True cost time: {ratio:.2f}x the time of the model whose "
+        "parameters all take part (per round {ratio_low:.2f}x to {ratio_high:.2f}x)",
+        less=rounds["always_used"], more=rounds["find_unused"],
+        tie="no measurable difference between the two fixes: per round {ratio_low:.2f}x to "
+        "{ratio_high:.2f}x", otherwise="find_unused_parameters=True was faster in every round "
+        "({ratio:.2f}x the other's time): likely, not measured here, because the always-used "
+        "model also runs the auxiliary head on odd steps")  # fmt: skip
+
+
+def claim_batchnorm(claims, *, synced: float, floor: float, over_floor: float, synced64: float,
+                    floor64: float, over_floor64: float, local: float, ratio: float):  # fmt: skip
+    """The hand-synced statistics against the noise floor, and each rank's own against it;
+    returns the first claim (whether the fix held)."""
+    fix = claims.check(
+        "The hand-synced statistics are the whole batch's: they differ from one process's by "
+        "{synced:.1e} in fp32, within the noise floor of one process adding the same sums in "
+        "another order ({floor:.1e}); in float64, {synced64:.1e} against a floor of {floor64:.1e}",
+        "over_floor <= 1 and over_floor64 <= 1", synced=synced,
+        floor=floor, over_floor=over_floor, synced64=synced64,
+        floor64=floor64, over_floor64=over_floor64,
+        otherwise="the synced statistics came out {over_floor:.1f}x the fp32 floor "
+        "({synced:.1e} against {floor:.1e}; float64: {over_floor64:.1f}x): the all-reduce added "
+        "the partial sums in an order the floor did not try (more than 5 ranks, or a backend "
+        "that sums otherwise); float64 says whether the statistics themselves differ")
+    claims.check(
+        "Each rank's own statistics are off by up to {local:.1e}: {ratio:.0e} times the noise "
+        "floor, so the difference is other samples, not rounding", "ratio > 100",
+        local=local, ratio=ratio,
+        otherwise="the ranks' own statistics came out only {ratio:.0f}x the noise floor: the "
+        "slices of this global batch happen to have nearly the batch's statistics")
+    return fix
+
+
+def claim_sampler(claims, *, forgot: dict, fixed: dict, size: int, forgot_repeats: bool,
+                  fixed_repeats: bool) -> None:  # fmt: skip
+    """set_epoch's reshuffle, and the padded evaluation against range(rank, size, world)."""
+    claims.check("Without set_epoch every epoch repeated the first epoch's order, on every rank; "
+                 "with it, the order changed", "forgot_repeats == True and fixed_repeats == False",
+                 forgot_repeats=forgot_repeats, fixed_repeats=fixed_repeats,
+                 otherwise="the orders did not behave so here (repeats without set_epoch: "
+                 "{forgot_repeats}, with it: {fixed_repeats}): the per-epoch lists above show "
+                 "them")  # fmt: skip
+    claims.check("Padded by the sampler, the evaluation counted {count} samples for a dataset of "
+                 "{size} ({distinct} distinct) over {world} ranks; range(rank, size, world) "
+                 "counted each sample once ({fixed_count})",
+                 "count > size and fixed_count == size and fixed_distinct == size",
+                 count=forgot["evaluated_count"], distinct=forgot["evaluated_distinct"], size=size,
+                 world=forgot["world_size"], fixed_count=fixed["evaluated_count"],
+                 fixed_distinct=fixed["evaluated_distinct"],
+                 otherwise="{world} ranks divide {size} samples, or the fix miscounted (padded: "
+                 "{count}, fixed: {fixed_count} counted, {fixed_distinct} distinct): with a size "
+                 "that divides, the sampler pads nothing")  # fmt: skip
+
+
+def claim_uneven(claims, *, uneven, uneven_ok: bool, pg_timeout: float) -> None:
+    claims.check("The ranks with more batches waited for the one that had left the loop, until "
+                 "the timeout ended the run after {seconds:.1f} s",
+                 "timed_out == True and seconds > pg_timeout",
+                 timed_out=uneven_ok and not uneven.ok, seconds=uneven.seconds,
+                 pg_timeout=pg_timeout,
+                 otherwise="the run did not end at the timeout ({seconds:.1f} s, timeout error: "
+                 "{timed_out}): its output above says how it ended")  # fmt: skip
+
+
+def claim_join(claims, *, batches: list, joined_equal: bool) -> None:
+    claims.check("With Join the ranks ran {batches} batches and all ended with the same "
+                 "parameters", "equal == True", batches=" / ".join(map(str, batches)),
+                 equal=joined_equal,
+                 otherwise="with Join the ranks ran {batches} batches but their parameter "
+                 "checksums differ at the end")  # fmt: skip
+
+
+def save(setup, claims, tasks, *, results: dict, pg_timeout: float, ok) -> None:
+    """The results record: per pitfall, reproduced, fixed and seconds to surface; the exercise."""
+    save_results(STEM, {
+        **results, "pg_timeout_s": pg_timeout, "exercise_passed": ok is True}, setup, claims=claims,
+        tasks=tasks)  # fmt: skip
+
+
+def close(setup, claims) -> None:
+    closing(setup, claims, STEM)

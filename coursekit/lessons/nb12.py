@@ -1,0 +1,169 @@
+"""Notebook 12, beyond data parallelism: its claims, bubble plot and results record."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..results import save_results
+from . import closing
+
+STEM = "12_beyond_data_parallelism"
+MiB = 2**20
+
+
+def largest_diffs(run):
+    """The largest differences from one process over a run's ranks: loss, gradients, parameters."""
+    ranks = run["ranks"]
+    return (run["loss_max_diff"], max(r["grad_max_diff"] for r in ranks),
+            max(r["param_max_diff"] for r in ranks))  # fmt: skip
+
+
+def claim_tp_trained(claims, *, tp_diffs: dict, tolerance: float) -> None:
+    claims.check(
+        "Tensor parallelism by hand and with torch trained the one-process model: largest "
+        "differences {hand:.1e} and {torch:.1e} (losses, gradients, parameters; float64, below "
+        "{tolerance:.1e})",
+        "hand <= tolerance and torch <= tolerance", tolerance=tolerance, **tp_diffs,
+        otherwise="the differences ({hand:.1e} by hand, {torch:.1e} with torch) are more than "
+                  "float64 rounding: the split did not compute the same model here; compare the "
+                  "gradients tensor by tensor")  # fmt: skip
+
+
+def claim_allreduces(claims, *, calls: dict, expected: int, sizes: set, activation_bytes: int,
+                     layers: int) -> None:  # fmt: skip
+    """Megatron's all-reduces per step, by hand and with torch's plan; the plan of the Linears
+    alone against the plan with one shared input."""
+    claims.check(
+        "Each step ran {hand_f} + {hand_b} all-reduces by hand and {torch_f} + {torch_b} with "
+        "torch (forward + backward), each of batch x seq x hidden values ({mb:.3f} MiB): "
+        "Megatron's 2 + 2 per block, {layers} blocks",
+        "hand_f == expected and hand_b == expected and torch_f == expected and "
+        "torch_b == expected and other_sizes == 0",
+        hand_f=calls["hand"]["forward"][0], hand_b=calls["hand"]["backward"][0],
+        torch_f=calls["torch"]["forward"][0], torch_b=calls["torch"]["backward"][0],
+        expected=expected, mb=activation_bytes / MiB, layers=layers,
+        other_sizes=len(sizes - {activation_bytes}),
+        otherwise="the counts or sizes differ from Megatron's {expected} per phase of {mb:.3f} "
+                  "MiB (by hand {hand_f} + {hand_b}, torch {torch_f} + {torch_b}; {other_sizes} "
+                  "other sizes): a plan that gathers or reduces more than the split "
+                  "needs")  # fmt: skip
+    claims.check(
+        "The plan for the Linears alone ran {linears} all-reduces in backward, {extra} more than "
+        "the plan with one shared input: correct, and more communication",
+        "linears > shared", linears=calls["torch-linears"]["backward"][0],
+        shared=calls["torch"]["backward"][0],
+        extra=calls["torch-linears"]["backward"][0] - calls["torch"]["backward"][0],
+        otherwise="both plans ran {shared} all-reduces in backward here: this torch combines the "
+                  "inputs' gradients itself")  # fmt: skip
+
+
+def claim_param_share(claims, *, share: float, N: int, whole: float, predicted: float) -> None:
+    claims.check(
+        "Each rank held {share:.3f} of the parameter bytes: the split matrices / {N} and the "
+        "{whole:.1%} kept whole (embeddings, norms, head), as the calculator counts "
+        "({predicted:.3f})",
+        "error < 0.001", share=share, N=N, whole=whole, predicted=predicted,
+        error=abs(share - predicted), otherwise="each rank held {share:.3f} of the parameter "
+        "bytes, the calculator says {predicted:.3f}: the launcher splits other tensors than the "
+        "calculator assumes")  # fmt: skip
+
+
+def claim_pp_trained(claims, *, pp_diffs: dict, tolerance: float) -> None:
+    claims.check(
+        "Both schedules, by hand and with torch.distributed.pipelining, trained the one-process "
+        "model: largest difference {worst:.1e} (float64, below {tolerance:.1e})",
+        "worst <= tolerance", worst=max(pp_diffs.values()), tolerance=tolerance,
+        otherwise="a pipeline run differs from one process by {worst:.1e}: more than rounding "
+                  "(look at which one)")  # fmt: skip
+
+
+def plot_bubble(sweep: list, measured_bubble: dict, N: int) -> None:
+    """1F1B's measured idle fraction against m, beside (p-1)/(m+p-1) and its 20% band."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ms = np.arange(1, max(sweep) + 1)
+    ax.plot(ms, (N - 1) / (ms + N - 1), "k--", label="(p-1)/(m+p-1)")
+    ax.fill_between(ms, 0.8 * (N - 1) / (ms + N - 1), 1.2 * (N - 1) / (ms + N - 1), color="k",
+                    alpha=0.08, label="formula ± 20%")  # fmt: skip
+    ax.plot(sweep, [measured_bubble[m] for m in sweep], "o-", label=f"measured, 1F1B, {N} stages")
+    ax.set(xlabel="micro-batches m", ylabel="idle fraction per stage", ylim=(0, 1),
+           title="the pipeline bubble")  # fmt: skip
+    ax.legend()
+    plt.show()
+
+
+def claim_bubble(claims, *, within: list, needed: int, sweep: list) -> None:
+    claims.check(
+        "The measured bubble came within 20% of (p-1)/(m+p-1) for {held} of the {tried} values "
+        "of m tried ({values})",
+        "held >= needed", held=len(within), needed=needed, tried=len(sweep),
+        values=", ".join(map(str, within)) or "none",
+        otherwise="the measured bubble came within 20% of the formula for only {held} of {tried} "
+                  "values of m ({values}); likely, not measured here: every micro-batch also pays "
+                  "fixed costs the formula leaves out (a send, a receive, Python), and the stages "
+                  "are not equal")  # fmt: skip
+
+
+def claim_1f1b_memory(claims, *, m: int, p: int, peaks: dict) -> None:
+    claims.check(
+        "With m = {m} > p = {p}, stage 0 under 1F1B kept {ratio:.2f} of what it kept under GPipe "
+        "(at most p micro-batches in flight against all m)",
+        "one_f_one_b < gpipe", m=m, p=p, one_f_one_b=peaks["1f1b"][0], gpipe=peaks["gpipe"][0],
+        ratio=peaks["1f1b"][0] / peaks["gpipe"][0],
+        otherwise="stage 0 kept as much under 1F1B as under GPipe here ({ratio:.2f} of it): with "
+                  "m <= p both hold every micro-batch")  # fmt: skip
+
+
+def claim_mesh(claims, *, misplaced: int, total: int, diff: float, tolerance: float) -> None:
+    claims.check(
+        "On the 2 x 2 mesh every all-reduce ran inside a tensor-parallel pair and every "
+        "all-gather and reduce-scatter inside a data-parallel pair ({total} collectives in one "
+        "step on 4 ranks); the run trained the one-process model to {diff:.1e} (float64)",
+        "misplaced == 0 and diff <= tolerance", misplaced=misplaced, total=total,
+        diff=diff, tolerance=tolerance,
+        otherwise="{misplaced} collectives ran on another dimension than the forms assign, or the "
+                  "run differs from one process by {diff:.1e}: look at the table "
+                  "above")  # fmt: skip
+
+
+def claim_calculator(claims, *, errors: dict, worst: tuple, layouts: int) -> None:
+    claims.check(
+        "The calculator came within {worst:.2%} of the bytes each rank measured, in all {n} "
+        "rank-runs of {layouts} layouts",
+        "worst <= 0.1", worst=abs(errors[worst]), n=len(errors), layouts=layouts,
+        otherwise="the calculator missed {where} by {worst:.1%}: that layout keeps something the "
+                  "formulas leave out",
+        where=f"{worst[0]} rank {worst[1]}")  # fmt: skip
+
+
+def save(setup, claims, tasks, *, N, tp_launch, runs, n_params, calls, expected, param_share,
+         sizes, activation_bytes, pp_diffs, m_shown, sweep, measured_bubble, formula,
+         bubble_judged, peaks, misplaced, errors, worst, params_counted_exactly,
+         f64_tolerance) -> None:  # fmt: skip
+    phases = ("forward", "backward")
+    save_results(STEM, {
+        "world_size": N, "backend": tp_launch.metrics["backend"],
+        "mesh_backend": runs["2d"]["backend"], "n_params": n_params,
+        **{f"tp_{impl.replace('-', '_')}_max_diff": max(largest_diffs(runs[f"tp_{impl}"]))
+           for impl in calls},
+        **{f"tp_{impl.replace('-', '_')}_{phase}_allreduces": calls[impl][phase][0]
+           for impl in calls for phase in phases},
+        "tp_expected_allreduces_per_phase": expected, "tp_param_share_rank0": param_share,
+        "tp_allreduce_bytes": max(sizes), "tp_allreduce_sizes": len(sizes),
+        "tp_expected_allreduce_bytes": activation_bytes,
+        **{f"pp_{name}_max_diff": diff for name, diff in pp_diffs.items()},
+        "pipeline_microbatches_shown": m_shown,
+        **{f"bubble_m{m}": measured_bubble[m] for m in sweep},
+        **{f"bubble_formula_m{m}": formula[m] for m in sweep},
+        **{f"bubble_judged_{k}": v for k, v in bubble_judged.items()},
+        **{f"{s}_peak_activation_bytes_stage{r}": peak for s in peaks
+           for r, peak in enumerate(peaks[s])},
+        "fsdp_tp_max_diff": max(largest_diffs(runs["2d"])),
+        "fsdp_tp_misplaced_collectives": misplaced,
+        "calculator_worst_error": abs(errors[worst]), "calculator_rank_runs": len(errors),
+        "calculator_params_exact": all(params_counted_exactly), "f64_tolerance": f64_tolerance,
+    }, setup, claims=claims, tasks=tasks)  # fmt: skip
+
+
+def close(setup, claims) -> None:
+    closing(setup, claims, STEM)
