@@ -2,9 +2,10 @@
 
     torchrun --nproc-per-node 2 launchers/print_ranks.py
 
-Each rank prints --lines lines. `print(a, b, c)` writes its pieces one after the other,
-so when all ranks share one output pipe (plain torchrun) the pieces of different ranks
-interleave inside a line. The fixes are torchrun's own options: `--tee 3 --log-dir DIR`
+Each rank prints --lines lines, each in two writes, and the ranks wait for each other (a
+barrier) between the two: when all ranks share one output pipe (plain torchrun) the pieces of
+different ranks interleave inside a line. Ranks writing at once do that by chance; the
+barrier makes it happen on every line, so the symptom shows on every run. The fixes are torchrun's own options: `--tee 3 --log-dir DIR`
 (one log file per rank, lines prefixed with their rank), `--local-ranks-filter 0` (only rank
 0 on the console), or logging from rank 0 only.
 """
@@ -27,9 +28,12 @@ def main():
 
     device, backend = init_distributed(args.device)
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    dist.barrier()  # start together, to make the interleaving likely
+    dist.barrier()  # start together
     for i in range(args.lines):
-        print("rank", rank, "line", i, "of", args.lines)  # several writes per line
+        print("rank", rank, "line", i, end="", flush=True)  # the first half of the line
+        dist.barrier()  # every rank between its two writes at once: the race, made certain
+        print(" of", args.lines, flush=True)  # the rest, newline included
+        dist.barrier()  # every line's halves apart from the next line's
     dist.barrier()
     if rank == 0:
         print(f"rank 0 alone: {world_size} ranks printed {args.lines} lines each")

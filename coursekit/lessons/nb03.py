@@ -72,3 +72,32 @@ def save(setup, claims, tasks, *, first: dict, run, steps: int, losses: list, wo
 
 def close(setup, claims) -> None:
     closing(setup, claims, STEM)
+
+
+def plot_replicas(first: dict) -> None:
+    """Left: each rank's loss, on its own batches (they differ). Right: how many parameter
+    tensors of each rank differ from rank 0's, built from its own seed, right after DDP(model),
+    and at the end (torch.equal): the replicas stay equal while their data differ."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ranks = first["ranks"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.3), width_ratios=[3, 2])
+    for rank, record in enumerate(ranks):
+        left.plot(record["losses"], label=f"rank {rank}", alpha=0.85)
+    left.set(yscale="log", xlabel="step", ylabel="MSE loss (log scale)",
+             title="each rank's loss, on its own batches")
+    left.legend(fontsize=8)
+    moments = [("built (own seed)", "differing_before_ddp"), ("after DDP(model)",
+               "differing_after_wrap"), ("after training", "differing_tensors")]  # fmt: skip
+    xs, width = np.arange(len(moments)), 0.8 / len(ranks)
+    for rank, record in enumerate(ranks):
+        right.bar(xs + (rank - (len(ranks) - 1) / 2) * width, [record[k] for _, k in moments],
+                  width, label=f"rank {rank}")
+    right.set_xticks(xs, [name for name, _ in moments], fontsize=8)
+    right.set(ylim=(0, ranks[0]["tensors"] + 0.5), xlabel="when",
+              ylabel=f"tensors unlike rank 0's (of {ranks[0]['tensors']})",
+              title="the replicas: equal from DDP(model) on")
+    right.legend(fontsize=8)
+    fig.suptitle(f"DDP over {first['world_size']} rank(s), backend {first['backend']}")
+    plt.show()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from statistics import median
+
+from ..claims import spread
 from ..results import save_results
 from . import closing
 
@@ -67,3 +70,26 @@ def save(setup, claims, tasks, *, race: dict, ms: dict, whose: str, naive_passed
 
 def close(setup, claims) -> None:
     closing(setup, claims, STEM)
+
+
+def what_carried(race: dict) -> None:
+    """The race in a paragraph, from its rounds: the step from the naive version to the
+    overlapped one changes only when the all-reduces start (the same calls); the step from the
+    overlapped one to the fastest bucketed one changes only how many calls there are (both
+    overlap). Which of the two gained more is said only where the rounds' spread says it."""
+    from IPython.display import Markdown, display
+
+    rounds, calls, best = race["seconds"], race["all_reduce_calls"], race["best_bucketed"]
+    overlap = [n / o for n, o in zip(rounds["naive"], rounds["overlapped"], strict=True)]
+    fewer = [o / b for o, b in zip(rounds["overlapped"], rounds[best], strict=True)]
+    gained = spread(overlap, fewer)  # per round: fewer calls' gain over overlap's
+    said = ("fewer calls carried more of the speed-up than overlap" if gained["ratio_low"] > 1
+            else "overlap carried more of the speed-up than fewer calls"
+            if gained["ratio_high"] < 1 else
+            "neither step gained measurably more than the other")  # fmt: skip
+    display(Markdown(
+        f"**What the race says, on this machine.** Starting the same {calls['overlapped']} "
+        f"all-reduces during backward (naive to overlapped) made the step "
+        f"{median(overlap):.2f}x faster (per round {min(overlap):.2f}x to {max(overlap):.2f}x); "
+        f"making {calls[best]} calls of them instead, both overlapped (overlapped to {best}), "
+        f"{median(fewer):.2f}x ({min(fewer):.2f}x to {max(fewer):.2f}x). Here {said}."))

@@ -114,3 +114,23 @@ def save(setup, claims, tasks, *, results: dict, pg_timeout: float) -> None:
 
 def close(setup, claims) -> None:
     closing(setup, claims, STEM)
+
+
+def plot_desync(table: dict, *, skipper: int, bad_step: int) -> None:
+    """Each rank's parameter checksum by step: after the skipped batch, the skipper's curve is
+    the others' shifted by one step (its step s + 1 shows their step s)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for rank, per_step in sorted(table.items()):
+        steps = sorted(per_step)
+        ax.plot(steps, [per_step[s] for s in steps], marker="o" if rank == skipper else ".",
+                linestyle="--" if rank == skipper else "-", alpha=0.85,
+                label=f"rank {rank}" + (" (skipped the bad batch)" if rank == skipper else ""))
+    ax.axvline(bad_step, color="gray", linestyle=":", linewidth=1)
+    ax.annotate(f"bad batch (step {bad_step})", (bad_step, ax.get_ylim()[1]), fontsize=8,
+                xytext=(4, -12), textcoords="offset points")  # fmt: skip
+    ax.set(xlabel="step (as each rank counts it)", ylabel="parameter checksum",
+           title="The desync: one rank's steps run one behind the others'")
+    ax.legend(fontsize=8)
+    plt.show()

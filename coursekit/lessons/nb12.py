@@ -167,3 +167,68 @@ def save(setup, claims, tasks, *, N, tp_launch, runs, n_params, calls, expected,
 
 def close(setup, claims) -> None:
     closing(setup, claims, STEM)
+
+
+def plot_megatron_split(world: int = 2) -> None:
+    """Megatron's MLP over ``world`` ranks: fc's weight cut by columns (output features), proj's
+    by rows (input features), one colour per rank, and where f and g sit."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    colors = plt.get_cmap("tab10").colors
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    # x (h) -> f -> fc: h x 4h, by columns -> GELU -> proj: 4h x h, by rows -> g -> y (h)
+    ax.add_patch(Rectangle((0, 1), 0.5, 2, color="lightgrey"))
+    ax.text(0.25, 0.75, "x\nb x s x h", ha="center", va="top", fontsize=8)
+    for r in range(world):  # fc's weight, h rows x 4h columns: rank r keeps columns block r
+        ax.add_patch(Rectangle((2 + 4 * r / world, 1), 4 / world, 2, color=colors[r], alpha=0.8))
+        ax.text(2 + 4 * (r + 0.5) / world, 2, f"rank {r}", ha="center", va="center", fontsize=8)
+    ax.text(4, 0.75, "fc: h x 4h, cut by columns\n(each rank: 4h/N output features)",
+            ha="center", va="top", fontsize=8)
+    for r in range(world):  # proj's weight, 4h rows x h columns: rank r keeps rows block r
+        top = 3.5 - 3 * r / world
+        ax.add_patch(Rectangle((8, top - 3 / world), 1.5, 3 / world, color=colors[r], alpha=0.8))
+        ax.text(8.75, top - 1.5 / world, f"rank {r}", ha="center", va="center", fontsize=8)
+    ax.text(8.75, 0.35, "proj: 4h x h, cut by rows\n(each rank: a partial sum)",
+            ha="center", va="top", fontsize=8)
+    ax.add_patch(Rectangle((11.5, 1), 0.5, 2, color="lightgrey"))
+    ax.text(11.75, 0.75, "y\nb x s x h", ha="center", va="top", fontsize=8)
+    for (x0, x1), label in [((0.5, 2), "f"), ((6, 8), "GELU"), ((9.5, 11.5), "g")]:
+        ax.add_patch(FancyArrowPatch((x0, 2), (x1, 2), arrowstyle="->", mutation_scale=12))
+        ax.text((x0 + x1) / 2, 2.15, label, ha="center", va="bottom", fontsize=10,
+                fontweight="bold" if label != "GELU" else "normal")
+    ax.text(1.25, 3.6, "f: forward identity,\nbackward all-reduce", ha="center", fontsize=8)
+    ax.text(10.5, 3.6, "g: forward all-reduce,\nbackward identity", ha="center", fontsize=8)
+    ax.set(xlim=(-0.3, 12.3), ylim=(-0.6, 4.4), xticks=[], yticks=[],
+           xlabel="the block's data flow, left to right (no gather between fc and proj)",
+           ylabel="weights and activations",
+           title=f"Megatron's MLP over {world} ranks: 1 all-reduce forward (g), 1 backward (f)")
+    plt.show()
+
+
+def plot_mesh(dp: int = 2, tp: int = 2) -> None:
+    """The (dp, tp) device mesh: rank = dp_rank * tp + tp_rank; each row a tensor-parallel group
+    (the same samples, a share of every matrix), each column a data-parallel group."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for d in range(dp):
+        ax.add_patch(FancyBboxPatch((-0.45, d - 0.35), tp - 0.1, 0.7, boxstyle="round,pad=0.05",
+                                    color="tab:blue", alpha=0.15))  # fmt: skip
+        ax.text(tp - 0.4, d, f"tp group {d}: all-reduces\n(samples half {d})", va="center",
+                fontsize=8, color="tab:blue")  # fmt: skip
+    for t in range(tp):
+        ax.plot([t, t], [-0.3, dp - 0.7], color="tab:orange", linewidth=6, alpha=0.35,
+                solid_capstyle="round")  # fmt: skip
+        ax.text(t, dp - 0.45, f"dp group {t}:\nall-gather,\nreduce-scatter", ha="center",
+                va="top", fontsize=8, color="tab:orange")  # fmt: skip
+    for d in range(dp):
+        for t in range(tp):
+            ax.scatter([t], [d], s=900, color="white", edgecolor="black", zorder=3)
+            ax.text(t, d, f"rank\n{d * tp + t}", ha="center", va="center", fontsize=8, zorder=4)
+    ax.set(xlim=(-0.8, tp + 1.2), ylim=(dp + 0.5, -0.7), xticks=range(tp), yticks=range(dp),
+           xlabel="tp rank (mesh dimension 'tp': a share of every matrix)",
+           ylabel="dp rank (mesh dimension 'dp')",
+           title=f"The {dp} x {tp} mesh: rows split the matrices, columns the data")
+    plt.show()

@@ -25,7 +25,8 @@ def cpu_kind(name):
     """What a CPU range of torch.profiler is, for the timeline (None: not drawn)."""
     return ("all-reduce" if "all_reduce" in name or "allreduce" in name else
             "backward" if name.startswith("autograd::engine::evaluate_function") else
-            "forward" if name == "DistributedDataParallel.forward" else
+            "forward" if name in ("step_forward", "DistributedDataParallel.forward") else
+            "wait" if name == "step_wait" else
             "optimizer" if name.startswith("Optimizer.step") else
             "step" if name == "ddp_step" else None)
 
