@@ -5,9 +5,10 @@
 Each rank prints --lines lines, each in two writes, and the ranks wait for each other (a
 barrier) between the two: when all ranks share one output pipe (plain torchrun) the pieces of
 different ranks interleave inside a line. Ranks writing at once do that by chance; the
-barrier makes it happen on every line, so the symptom shows on every run. The fixes are torchrun's own options: `--tee 3 --log-dir DIR`
-(one log file per rank, lines prefixed with their rank), `--local-ranks-filter 0` (only rank
-0 on the console), or logging from rank 0 only.
+barrier makes it happen on every line, so the symptom shows on every run. The fixes are
+torchrun's own options: `--tee 3 --log-dir DIR` (one log file per rank, lines prefixed with
+their rank), `--local-ranks-filter 0` (only rank 0 on the console), or logging from rank 0
+only.
 """
 
 import argparse

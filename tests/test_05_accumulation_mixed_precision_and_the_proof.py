@@ -58,7 +58,7 @@ def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path, monkeypatc
     assert comparison_starting(r, "syncing every micro-batch took")["figures"]["extra"] == 3
     # the pay-back claim is made only where compile's steps were faster, skipped otherwise
     compiled = comparison_starting(r, "torch.compile (eager) stepped")
-    payback = [c for c in r["claims"] if c["text"].startswith("compile's first step")]
+    payback = [c for c in r["claims"] if c["template"].startswith("compile's first step")]
     assert len(payback) == 1
     assert (payback[0]["outcome"] == "skipped") == (compiled["outcome"] != "held")
     # the compile pitfall of this torch: DDP(nn.Sequential) compiles nothing, DDP(Net) compiles

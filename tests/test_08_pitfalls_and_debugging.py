@@ -43,7 +43,7 @@ def assert_every_pitfall(r):
     for name in ("hang", "desync"):
         assert r[f"{name}_seconds"] > r["pg_timeout_s"]
     assert r["mismatch_plain_named_it"] is False  # without DETAIL nothing names the shapes
-    claims = {c["text"].split(",")[0].split(":")[0]: c for c in r["claims"]}
+    claims = {c["template"].split(",")[0].split(":")[0]: c for c in r["claims"]}
     # monitored_barrier named the ranks that waited in the skipped all-reduce, not rank 0
     assert claims["monitored_barrier"]["outcome"] == "held", claims["monitored_barrier"]
     # DETAIL cannot see the out-of-phase steps: held, or skipped where DDP cannot run under it

@@ -67,7 +67,7 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     assert sizes[0] == str(results["ranks_per_node"])
     assert results["elastic_joined"] is (sizes == ["1", "2"])
     # a real Slurm job where Slurm can be installed; elsewhere the notebook says why not
-    slurm = [c for c in results["claims"] if c["text"].startswith("Slurm ran the sbatch")]
+    slurm = [c for c in results["claims"] if c["template"].startswith("Slurm ran the sbatch")]
     assert len(slurm) == 1, results["claims"]
     if slurm_cluster.unavailable:
         assert results["slurm_job_state"].startswith("not run: "), results["slurm_job_state"]

@@ -61,6 +61,59 @@ def claim_batchnorm(claims, *, synced: float, floor: float, over_floor: float, s
     return fix
 
 
+def batchnorm(claims, bn: dict):
+    """The BatchNorm run's claims from its ranks' figures (the largest over the ranks, of the
+    mean and the variance); returns (the fix's claim, the figures for the results record)."""
+    ranks = bn["ranks"]
+
+    def worst(name, suffix=""):
+        return max(r[f"{name}_{stat}{suffix}"] for r in ranks for stat in ("mean", "var"))
+
+    def over_floor(suffix=""):
+        """The largest synced difference as a multiple of its noise floor (<= 1: within it)."""
+        tiny = 1e-300  # a floor of exactly 0 leaves any difference above it
+        return max(r[f"synced_{stat}_diff{suffix}"] / max(r[f"floor_{stat}{suffix}"], tiny)
+                   for r in ranks for stat in ("mean", "var"))  # fmt: skip
+
+    local = max(r["local_mean_diff"] for r in ranks)
+    floor = max(r["floor_mean"] for r in ranks)
+    ratio = local / max(floor, 1e-300)
+    fix = claim_batchnorm(
+        claims, synced=worst("synced", "_diff"), floor=worst("floor"), over_floor=over_floor(),
+        synced64=worst("synced", "_diff_fp64"), floor64=worst("floor", "_fp64"),
+        over_floor64=over_floor("_fp64"), local=local, ratio=ratio)
+    return fix, {
+        "batchnorm_reproduced": ratio > 100, "batchnorm_fixed": fix.held,
+        "batchnorm_local_mean_diff": local,
+        "batchnorm_synced_mean_diff": max(r["synced_mean_diff"] for r in ranks),
+        "batchnorm_floor_mean": floor, "batchnorm_synced_over_floor": over_floor(),
+        "batchnorm_synced_over_floor_fp64": over_floor("_fp64"),
+        "batchnorm_syncbn": bn["syncbn"] if bn["syncbn"] == "ran" else "refused: " + bn["syncbn"]}
+
+
+def plot_batchnorm(bn: dict) -> None:
+    """Per rank: its own slice's statistics, the hand-synced ones, and the noise floor, each as
+    the largest difference from one process's batch mean."""
+    import matplotlib.pyplot as plt
+
+    ranks = bn["ranks"]
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    xs = range(len(ranks))
+    for shift, key, label in [(-0.27, "local_mean_diff", "own slice (plain BatchNorm)"),
+                              (0, "synced_mean_diff", "synced by hand (all-reduce)"),
+                              (0.27, "floor_mean", "noise floor (one process, other orders)")]:
+        ax.bar([x + shift for x in xs], [max(r[key], 1e-12) for r in ranks], width=0.27,
+               label=label)  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs), [f"rank {r}" for r in xs])
+    ax.set_xlabel("rank (its slice of the global batch)")
+    ax.set_ylabel("max |batch mean - one-process mean|")
+    ax.set_title(f"first BatchNorm layer, global batch {bn['global_batch']} over "
+                 f"{bn['world_size']} ranks", fontsize=9)  # fmt: skip
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    plt.show()
+
+
 def claim_sampler(claims, *, forgot: dict, fixed: dict, size: int, forgot_repeats: bool,
                   fixed_repeats: bool) -> None:  # fmt: skip
     """set_epoch's reshuffle, and the padded evaluation against range(rank, size, world)."""
