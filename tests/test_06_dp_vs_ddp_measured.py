@@ -125,6 +125,8 @@ def test_the_benchmarks_targets_are_decided_by_the_notebooks_figures(results):
     assert bench.targets({**results, "ddp_vs_blocking_ratio": 1.4})[1]["met"] is False
 
 
+# the CPU tier's own expectation where it differs from the GPUs' (notebook 06, by tier)
+ON_A_CPU = {"On the matmul model DDP": "On a CPU the matmul model's DP"}
 TIMING_COMPARISONS = ("On the Python-heavy model DDP", "On the matmul model DDP",
                       "On the matmul model one process", "DDP's default buckets",
                       "The fastest cap", "gradient_as_bucket_view", "At the compute-bound end",
@@ -134,6 +136,8 @@ TIMING_COMPARISONS = ("On the Python-heavy model DDP", "On the matmul model DDP"
 @pytest.mark.parametrize("prefix", TIMING_COMPARISONS)
 def test_each_timing_comparison_knows_its_spread(results, prefix):
     # held, not held or no measurable difference: decided by the ratios over the rounds
+    if results["tier"] == "cpu":
+        prefix = ON_A_CPU.get(prefix, prefix)
     claim = comparison_starting(results, prefix)
     assert claim["otherwise"] and claim["tie"] and claim["figures"]["measurements"] >= 2
     for low, high, outcome in ((1.1, 1.3, "held"), (0.9, 1.1, "no difference"),
@@ -152,6 +156,12 @@ def test_the_fastest_cap_is_picked_only_when_measurably_fastest(results):
 
 
 def test_the_reported_order_is_decided_over_the_rounds(results):
+    if results["tier"] == "cpu":  # a CPU is expected not to keep the GPUs' order
+        claim = claim_about(results, "does not keep the order reported for GPUs")
+        for weaker, outcome in ((0.9, "held"), (1.0, "held"), (1.1, "not held")):
+            figures = {**claim["figures"], "weaker": weaker}
+            assert outcome_of({**claim, "outcome": "", "figures": figures}) == outcome
+        return
     claim = claim_about(results, "reported order")
     cases = ((1.1, 1.2, 1.1, 1.2, "held"), (0.9, 1.2, 1.1, 1.2, "no difference"),
              (1.1, 1.2, 0.8, 0.9, "not held"))
@@ -242,8 +252,9 @@ def test_memory_and_plots(results):
 def test_every_measured_outcome_is_a_claim(results):
     texts = " ".join(c["text"] for c in results["claims"])
     for words in ("Python-heavy", "matmul model", "alpha-beta line", "blocking all-reduce",
-                  "gradient_as_bucket_view", "inside backward", "reported order", "AdamW"):
+                  "gradient_as_bucket_view", "inside backward", "AdamW"):
         assert words in texts, words
+    assert "reported order" in texts or "order reported for GPUs" in texts
     assert len(results["claims"]) >= 10
 
 
