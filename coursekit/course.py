@@ -16,14 +16,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# What a file in launchers/ is. Every kind but "module" equals a %%writefile cell of its notebook.
+# What a file in launchers/ is. Every kind but "module" and "checker" equals a %%writefile cell
+# of its notebook.
 LAUNCHER = "launcher"  # runs on its own under `torchrun --nproc-per-node N`, on any tier
 SPAWNS = "spawns"  # starts its own processes (torch.multiprocessing.spawn), no torchrun
 MESH = "mesh"  # a launcher that needs 4 ranks (a 2 x 2 device mesh)
 MODULE = "module"  # imported by a notebook's cells or by launchers, never run by itself
 EXERCISE = "exercise"  # the learner completes it; loaded by the notebook's checker
 BROKEN = "broken"  # fails or hangs on purpose: the lesson runs it and reads the failure
-KINDS = (LAUNCHER, SPAWNS, MESH, MODULE, EXERCISE, BROKEN)
+CHECKER = "checker"  # judges a code task under torchrun: a committed file, no cell (not the lesson)
+KINDS = (LAUNCHER, SPAWNS, MESH, MODULE, EXERCISE, BROKEN, CHECKER)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ COURSE = (
              {"ddp_bench.py": LAUNCHER}, browser={"NPROC": 2}),
     Notebook("07", "build_ddp_yourself", "build DDP yourself",
              "DDP written by hand in three steps, each checked against torch's DDP, then raced",
-             {"check_my_ddp.py": LAUNCHER, "my_ddp_naive.py": EXERCISE,
+             {"check_my_ddp.py": CHECKER, "my_ddp_naive.py": EXERCISE,
               "my_ddp_overlapped.py": EXERCISE, "my_ddp_bucketed.py": EXERCISE,
               "my_ddp_bench.py": LAUNCHER}, test_ranks=(2, 1, 3, 4)),
     Notebook("08", "pitfalls_and_debugging", "pitfalls and debugging: hangs and desyncs",
@@ -115,12 +117,12 @@ COURSE = (
              "where a rank's memory goes; ZeRO-1 and FSDP2 against DDP: bytes per rank, step "
              "time, the same trained parameters; ZeRO-1 written by hand; distributed checkpoints",
              {"train_step7_sharding.py": LAUNCHER, "my_zero1.py": EXERCISE,
-              "check_my_zero1.py": LAUNCHER}, browser={"NPROC": 3}, test_ranks=(3, 2)),
+              "check_my_zero1.py": CHECKER}, browser={"NPROC": 3}, test_ranks=(3, 2)),
     Notebook("12", "beyond_data_parallelism", "beyond data parallelism",
              "Megatron's MLP split written by hand; tensor and pipeline parallelism by hand and "
              "with torch, the bubble, FSDP x TP on a 2-D mesh, a transformer memory calculator",
              {"my_megatron_mlp.py": EXERCISE,
-              "check_megatron_mlp.py": LAUNCHER, "tensor_parallel.py": LAUNCHER,
+              "check_megatron_mlp.py": CHECKER, "tensor_parallel.py": LAUNCHER,
               "pipeline_parallel.py": LAUNCHER, "fsdp_tp_2d.py": MESH},
              browser={"NPROC": 2}, test_ranks=(2, 3)),
 )  # fmt: skip

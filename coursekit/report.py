@@ -28,7 +28,9 @@ from .claims import HELD, NO_DIFFERENCE, NOT_HELD, OUTCOMES, SKIPPED, Claim, out
 
 READING_WPM = 100  # words per minute for explanations a learner is meant to understand
 CODE_LINES_PER_MIN = 12  # a learner reads a code cell before running it
-EXERCISE_MIN = 10  # per written task (check_answer, tasks.check): try, read the check, again
+# a code task (tasks.check), as learners take it: write, run the check, read NOT YET, fix, again
+FUNCTION_TASK_MIN = 15  # a function to complete in a notebook cell
+LAUNCHER_TASK_MIN = 20  # a launcher to complete (a %%writefile cell run under torchrun): 15-30
 PREDICT_MIN = 3  # per prediction (tasks.predict): think, type a number, read the answer
 ROUND_TO_MIN = 5
 
@@ -37,47 +39,99 @@ def class_minutes(notebook: Path, run_seconds: float | None) -> dict:
     """The time a class should budget for ``notebook``, and the parts it is made of.
 
     reading (markdown words at READING_WPM) + code (lines at CODE_LINES_PER_MIN) +
-    running (the seconds this verify run measured) + EXERCISE_MIN per written task
-    (``check_answer``, ``tasks.check``) + PREDICT_MIN per prediction (``tasks.predict``),
-    rounded up to ROUND_TO_MIN. Explaining and questions come on top: that is the
-    instructor's to add. A collapsed cell (``jupyter.source_hidden``: a long launcher)
-    followed by a ``coursekit.show_diff``/``show_outline`` cell counts as the lines that
-    cell shows, computed from the launcher files: that is what the learner reads.
+    running (the seconds this verify run measured) + per code task (``tasks.check``)
+    LAUNCHER_TASK_MIN where the learner completes a launcher (the check reads a file:
+    ``coursekit.answer_file``), else FUNCTION_TASK_MIN, + PREDICT_MIN per prediction
+    (``tasks.predict``), rounded up to ROUND_TO_MIN. Explaining and questions come on top:
+    that is the instructor's to add. A ``coursekit.show_*`` cell counts as the lines it
+    shows, computed from the launcher files, and a collapsed cell (``jupyter.source_hidden``)
+    right before it as nothing more: that is what the learner reads.
+
+    A section whose heading starts with AFTER_CLASS ("## After class") is the learner's to do
+    after the class: its cells are budgeted apart, under ``after_class`` (minutes, rounded the
+    same way), and the running seconds stay with the class.
     """
     nb = nbformat.read(notebook, as_version=4)
-    words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
-    code = [c.source for c in nb.cells if c.cell_type == "code"]
-    lines = sum(_lines_read(nb.cells, i, notebook.parent) for i in range(len(nb.cells)))
-    exercises = sum(src.count("check_answer(") + src.count("tasks.check(") for src in code)
-    predictions = sum(src.count("tasks.predict(") for src in code)
+    after = _after_class(nb.cells)
+    in_class = _minutes(nb.cells, [not a for a in after], notebook.parent, run_seconds)
+    later = _minutes(nb.cells, after, notebook.parent, None)
+    return {**in_class, "after_class": later["minutes"] if any(after) else 0,
+            "n_after_class_exercises": later["n_exercises"]}
+
+
+AFTER_CLASS = "## After class"
+
+
+def _after_class(cells: list) -> list[bool]:
+    """Per cell: whether it lies in an after-class section (from a markdown heading starting
+    with AFTER_CLASS to the next level-2 heading that does not)."""
+    flags, inside = [], False
+    for cell in cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("## "):
+            inside = cell.source.startswith(AFTER_CLASS)
+        flags.append(inside)
+    return flags
+
+
+def _minutes(cells: list, chosen: list[bool], notebook_dir: Path,
+             run_seconds: float | None) -> dict:  # fmt: skip
+    """:func:`class_minutes`'s parts over the ``chosen`` cells."""
+    picked = [c for c, keep in zip(cells, chosen, strict=True) if keep]
+    words = sum(len(c.source.split()) for c in picked if c.cell_type == "markdown")
+    lines = sum(_lines_read(cells, i, notebook_dir) for i in range(len(cells)) if chosen[i])
+    kinds = _task_kinds(picked)
+    launcher_tasks, exercises = kinds.count("launcher"), len(kinds)
+    predictions = sum(c.source.count("tasks.predict(") for c in picked if c.cell_type == "code")
     parts = {
         "reading": words / READING_WPM,
         "code": lines / CODE_LINES_PER_MIN,
         "running": (run_seconds or 0) / 60,
-        "exercises": exercises * EXERCISE_MIN + predictions * PREDICT_MIN,
+        "exercises": launcher_tasks * LAUNCHER_TASK_MIN
+        + (exercises - launcher_tasks) * FUNCTION_TASK_MIN + predictions * PREDICT_MIN,
     }
     total = ROUND_TO_MIN * math.ceil(sum(parts.values()) / ROUND_TO_MIN)
     return {"minutes": total, **{k: round(v, 1) for k, v in parts.items()},
             "words": words, "code_lines": lines, "n_exercises": exercises,
-            "n_predictions": predictions}  # fmt: skip
+            "n_launcher_tasks": launcher_tasks, "n_predictions": predictions}  # fmt: skip
+
+
+def _task_kinds(cells: list) -> list[str]:
+    """Per ``tasks.check`` call, in order: "launcher" where the learner's answer is a file
+    (the check cell reads it with ``coursekit.answer_file``), else "function"."""
+    kinds = []
+    for cell in cells:
+        if cell.cell_type == "code":
+            kind = "launcher" if "answer_file(" in cell.source else "function"
+            kinds += [kind] * cell.source.count("tasks.check(")
+    return kinds
 
 
 def _lines_read(cells: list, i: int, notebook_dir: Path) -> int:
-    """Non-blank code lines a learner reads in ``cells[i]``: for a collapsed cell with a
-    show_diff/show_outline cell after it, the lines that one shows instead; none for a task's
-    check (a cell tagged ``task-check``: the learner reads its verdict, inside the task's
-    minutes, not its code)."""
+    """Non-blank code lines a learner reads in ``cells[i]``: for a ``coursekit.show_*`` cell,
+    the lines it shows; nothing for a collapsed cell right before one (what it shows is what
+    is read) and for a task's check (a cell tagged ``task-check``: the learner reads its
+    verdict, inside the task's minutes, not its code)."""
     cell = cells[i]
     if cell.cell_type != "code" or "task-check" in cell.metadata.get("tags", []):
         return 0
-    if is_collapsed(cell) and i + 1 < len(cells) and cells[i + 1].cell_type == "code":
-        try:
-            shown = shown_lines(cells[i + 1].source, notebook_dir)
-        except (OSError, SyntaxError):
-            shown = None  # a launcher file missing or broken: count the cell itself
-        if shown is not None:
-            return sum(1 for line in shown if line.strip())
+    shown = _show_cell_lines(cell, notebook_dir)
+    if shown is not None:
+        return sum(1 for line in shown if line.strip())
+    following = cells[i + 1] if i + 1 < len(cells) else None
+    if is_collapsed(cell) and following is not None and _show_cell_lines(following, notebook_dir):
+        return 0
     return sum(1 for line in cell.source.splitlines() if line.strip())
+
+
+def _show_cell_lines(cell, notebook_dir: Path) -> list[str] | None:
+    """The lines a show_* code cell prints; None for any other cell (or a launcher file
+    missing or broken: then the cells count as they are)."""
+    if cell.cell_type != "code":
+        return None
+    try:
+        return shown_lines(cell.source, notebook_dir)
+    except (OSError, SyntaxError):
+        return None
 
 
 def hardware() -> dict:
@@ -270,7 +324,8 @@ def write_report(path: Path, reports: list, notebooks: list[Path], executed_dir:
 {differs_html}
 <p class="note">Class budget: about {total} minutes for the whole course. Per notebook:
 markdown words at {READING_WPM} words per minute, code lines at {CODE_LINES_PER_MIN} per
-minute, the seconds this run measured, {EXERCISE_MIN} minutes per written task and {PREDICT_MIN} per
+minute, the seconds this run measured, per code task {LAUNCHER_TASK_MIN} minutes where it
+completes a launcher and {FUNCTION_TASK_MIN} where it completes a function, {PREDICT_MIN} per
 prediction, rounded up to
 {ROUND_TO_MIN} minutes; your own explanations and questions come on top.
 {"This run used SMOKE sizes: at full sizes the running part takes longer." if smoke else ""}</p>

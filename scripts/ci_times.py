@@ -103,12 +103,14 @@ def notebook_table(figures: dict) -> str:
                 "unsolved):")
     else:  # a record made before records kept them
         head = "The record has no verify seconds per notebook: the budgets count no running time."
-    lines = [head, "", "| notebook | verify seconds | class budget |", "|---|---|---|"]
+    lines = [head, "", "| notebook | verify seconds | class budget | after class |",
+             "|---|---|---|---|"]
     for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         run = seconds.get(notebook.name[:2])
-        budget = class_minutes(notebook, run)["minutes"]
+        budget = class_minutes(notebook, run)
         shown = f"{run:.0f}" if run is not None else "not recorded"
-        lines.append(f"| {notebook.stem} | {shown} | {budget} min |")
+        later = f"{budget['after_class']} min" if budget["after_class"] else "-"
+        lines.append(f"| {notebook.stem} | {shown} | {budget['minutes']} min | {later} |")
     return "\n".join(lines)
 
 

@@ -80,13 +80,15 @@ def course_length(figures: dict) -> str:
     """The sum of the notebooks' class budgets, with the record's verify seconds."""
     seconds = ci_times.verify_seconds(figures)
     notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    total = sum(class_minutes(nb, seconds.get(nb.name[:2]))["minutes"] for nb in notebooks)
+    budgets = [class_minutes(nb, seconds.get(nb.name[:2])) for nb in notebooks]
+    total, later = sum(b["minutes"] for b in budgets), sum(b["after_class"] for b in budgets)
     hours, minutes = divmod(total, 60)
     counted = ("they count reading, code, running and exercises" if seconds else
                "they count reading, code and exercises, not running: the last record kept no "
                "verify seconds per notebook")  # fmt: skip
     return (f"about {hours} h {minutes:02d} min of class time ({total} min: the "
-            f"{len(notebooks)} notebooks' class budgets added up; {counted})")
+            f"{len(notebooks)} notebooks' class budgets added up; {counted}), and "
+            f"{later} min after class (the sections headed \"After class\")")
 
 
 def task_counts(figures: dict) -> str:
@@ -97,8 +99,8 @@ def task_counts(figures: dict) -> str:
     writing = sum(c["n_exercises"] > 0 for c in counts)
     return (f"each of the {len(counts)} notebooks gives you at least {fewest} tasks "
             f"({sum(c['n_predictions'] for c in counts)} predictions, "
-            f"{sum(c['n_exercises'] for c in counts)} pieces of code to write in {writing} "
-            "notebooks)")
+            f"{sum(c['n_exercises'] + c['n_after_class_exercises'] for c in counts)} pieces of "
+            f"code to write in {writing} notebooks)")
 
 
 FIGURES: dict[str, Callable[[dict], str]] = {

@@ -11,7 +11,7 @@ import torch
 from conftest import NOTEBOOKS, ROOT
 
 import coursekit
-from coursekit.course import COURSE, LAUNCHER, launcher_kinds
+from coursekit.course import CHECKER, COURSE, LAUNCHER, launcher_kinds
 
 LAUNCHERS = ROOT / "launchers"
 KIND = launcher_kinds()  # every file of launchers/ -> its kind, from the course table
@@ -71,13 +71,13 @@ def writefile_cells() -> dict[Path, tuple[str, str]]:
 def torchrun_launchers() -> list[Path]:
     """The launchers that run on their own under torchrun at any rank count (the kinds the
     course table calls launcher)."""
-    return sorted(p for p in LAUNCHERS.glob("*.py") if KIND.get(p.name) == LAUNCHER)
+    return sorted(p for p in LAUNCHERS.glob("*.py") if KIND.get(p.name) in (LAUNCHER, CHECKER))
 
 
 def test_every_launcher_equals_its_writefile_cell():
     cells = writefile_cells()
-    committed = {p.resolve() for p in LAUNCHERS.glob("*.py")}
-    assert committed == set(cells), "every launcher is written by exactly one notebook cell"
+    committed = {p.resolve() for p in LAUNCHERS.glob("*.py") if KIND.get(p.name) != CHECKER}
+    assert committed == set(cells), "every launcher but a checker is written by one notebook cell"
     for path, (notebook, body) in cells.items():
         # %%writefile writes the cell body; Jupyter keeps no trailing newline on cells
         assert path.read_text() == body + "\n", f"{path.name} differs from its cell in {notebook}"
@@ -134,12 +134,14 @@ def test_classic_spawn_form(setup):
 
 
 def test_the_course_table_names_every_launcher_its_notebook_writes():
-    """Each notebook's row lists exactly the files its %%writefile cells write."""
+    """Each notebook's row lists exactly the files its %%writefile cells write, and its
+    checkers, which no cell writes."""
     written: dict[str, set[str]] = {}
     for path, (notebook, _) in writefile_cells().items():
         written.setdefault(notebook[:2], set()).add(path.name)
     for nb in COURSE:
-        assert set(nb.files) == written.get(nb.number, set()), nb.stem
+        assert set(nb.files) - set(nb.launchers(CHECKER)) == written.get(nb.number, set()), nb.stem
+        assert all((LAUNCHERS / name).is_file() for name in nb.launchers(CHECKER)), nb.stem
 
 
 IMPORTED_PICK = "from common.devices import device_and_backend"  # launchers/common/devices.py

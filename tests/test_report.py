@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -20,7 +21,13 @@ import pytest
 from browser_kit import artifacts_dir, launch_browser, sync_playwright
 from conftest import NOTEBOOKS, ROOT
 
-from coursekit.report import class_minutes
+from coursekit.report import (
+    AFTER_CLASS,
+    FUNCTION_TASK_MIN,
+    LAUNCHER_TASK_MIN,
+    PREDICT_MIN,
+    class_minutes,
+)
 
 _spec = importlib.util.spec_from_file_location("ci_times", ROOT / "scripts" / "ci_times.py")
 ci_times = importlib.util.module_from_spec(_spec)
@@ -154,28 +161,52 @@ def test_class_minutes_adds_reading_code_running_and_exercises(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell(" ".join(["word"] * 200)),  # 2 min at 100 words/min
         nbformat.v4.new_code_cell("\n".join(f"x{i} = {i}" for i in range(23))
-                                  + "\n\ncoursekit.check_answer(ok, 'a', 'b')"),  # 24 lines, 1 ex.
+                                  + "\n\ntasks.check('f', ok, 'right', why)"),  # 24 lines, 1 task
     ])  # fmt: skip
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     budget = class_minutes(path, run_seconds=120)
     assert (budget["reading"], budget["code"], budget["running"], budget["exercises"]) == (
-        2, 2, 2, 10)
-    assert budget["minutes"] == 20  # 16 minutes, rounded up to 5
+        2, 2, 2, FUNCTION_TASK_MIN)
+    assert budget["minutes"] == 5 * math.ceil((6 + FUNCTION_TASK_MIN) / 5)
     assert class_minutes(path, None)["running"] == 0
+    # a task whose answer is a launcher file takes longer; a prediction less
+    nb.cells[1].source = ('answer = coursekit.answer_file("x.py", "x.py")\n'
+                          "tasks.check('f', ok, 'right', why)\ntasks.predict('g', 1, 1)")
+    nbformat.write(nb, path)
+    assert class_minutes(path, None)["exercises"] == LAUNCHER_TASK_MIN + PREDICT_MIN
+
+
+def test_an_after_class_section_is_budgeted_apart(tmp_path):
+    task = "tasks.check('f', ok, 'right', why)"
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## 1. In class\n\n" + " ".join(["word"] * 96)),
+        nbformat.v4.new_code_cell(task),
+        nbformat.v4.new_markdown_cell(AFTER_CLASS + ": more\n\n" + " ".join(["word"] * 296)),
+        nbformat.v4.new_code_cell(task),
+        nbformat.v4.new_markdown_cell("## What you saw"),
+    ])  # fmt: skip
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    budget = class_minutes(path, run_seconds=60)
+    # "## What you saw" (4 words) is in class again
+    assert (budget["words"], budget["n_exercises"], budget["running"]) == (104, 1, 1)
+    assert budget["after_class"] == 5 * math.ceil((3 + FUNCTION_TASK_MIN) / 5)
 
 
 def test_class_minutes_counts_a_collapsed_launcher_as_what_is_shown_after_it(tmp_path):
     launcher = "\n".join(f"x{i} = {i}" for i in range(120))  # 120 lines, no function
     (tmp_path / "long.py").write_text('"""A long launcher."""\n' + launcher + "\n")
     writefile = nbformat.v4.new_code_cell("%%writefile long.py\n" + launcher)
-    outline = nbformat.v4.new_code_cell('coursekit.show_outline("long.py")')  # 1 line, shows 1
+    outline = nbformat.v4.new_code_cell('coursekit.show_outline("long.py")')  # shows 1 line
     path = tmp_path / "nb.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[writefile, outline]), path)
     assert class_minutes(path, None)["code_lines"] == 121 + 1  # not collapsed: all of it
     writefile.metadata["jupyter"] = {"source_hidden": True}
     nbformat.write(nbformat.v4.new_notebook(cells=[writefile, outline]), path)
-    assert class_minutes(path, None)["code_lines"] == 1 + 1  # the outline's line, and the call
+    assert class_minutes(path, None)["code_lines"] == 1  # the outline's line, nothing more
+    nbformat.write(nbformat.v4.new_notebook(cells=[outline]), path)  # the file committed alone
+    assert class_minutes(path, None)["code_lines"] == 1
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
