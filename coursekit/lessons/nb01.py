@@ -33,6 +33,93 @@ def claim_real_dp(claims, *, gpu: dict) -> None:
                       "here: the replicas' own activations outweigh what DP gathers on cuda:0)")
 
 
+def trend_why(first: list, last: list, kmax: int) -> str:
+    """The prediction's answer: devices 0 and 1's peaks (``first`` at K=2, ``last`` at kmax)."""
+    return (f"device 0 held {first[0] / MB:.1f} MB at K=2 and {last[0] / MB:.1f} MB at K={kmax}, "
+            f"device 1 {first[1] / MB:.1f} and {last[1] / MB:.1f} MB. At any K device 0 keeps the "
+            "whole model state and the whole batch's outputs; device 1 a replica and its 1/K share "
+            "of the batch")
+
+
+STATE = ("weights", "optimizer state", "gradients", "received gradients")
+OUTPUTS = ("gathered outputs", "loss buffers", "output grads", "outputs")
+
+
+def state_and_outputs(ledger) -> tuple[int, int]:
+    """Device 0's model state at its peak (weights, optimizer state, gradients, a replica's in
+    transit), and the most bytes of outputs it held in any phase (gathered, their gradient, the
+    loss's buffers, its own replica's)."""
+    state = sum(ledger.at_peak(0).get(what, 0) for what in STATE)
+    outputs = max(sum((ledger.breakdown[ph][0] or {}).get(what, 0) for what in OUTPUTS)
+                  for ph in ledger.phases)
+    return state, outputs
+
+
+def plot_gil(gil: dict) -> None:
+    """The race's speed-ups over one thread: 2 threads and 2 processes, per model."""
+    from common import dp_lab  # launchers/common/, importable after configure
+
+    dp_lab.plot_pairs({f"2 {how}": [gil[name][how] for name in gil]
+                       for how in ("threads", "processes")},
+                      list(gil), "the same forward work on 2 threads vs 2 processes",
+                      "speed-up over one thread", xlabel="model", line=(2, "ideal (2 cores)"))
+
+
+def plot_gpu_calculator(gpu: dict, predicted: list) -> None:
+    """Section 1's measured peaks against the calculator's ``predicted`` bytes, per GPU; keeps
+    each GPU's relative error in ``gpu["error"]`` (for the results record)."""
+    from common import dp_lab
+
+    gpu["error"] = [abs(p - m) / m for p, m in zip(predicted, gpu["peak"], strict=True)]
+    dp_lab.plot_pairs({"measured peak": [p / MB for p in gpu["peak"]],
+                       "calculator": [p / MB for p in predicted]},
+                      [f"cuda:{d}" for d in range(gpu["devices"])],
+                      "real DataParallel: measured vs calculator", "MB")
+
+
+def plot_dp_vs_ddp(dp_mem: list, ddp_tensors: list, ddp_predicted: list, ddp_mem: list, what: str,
+                   *, on_gpus: bool) -> None:
+    """DP's devices (``dp_mem``: real DP's allocator peaks on GPUs, beside DDP's; else the
+    ledger's), each DDP rank's tensor bytes by kind with the calculator's, and ``what`` the
+    memory system saw of each rank (``ddp_mem``)."""
+    from common import dp_lab
+
+    if on_gpus:  # the allocator's peaks of real DP and DDP, on the same GPUs
+        side, title = {"real DataParallel": dp_mem, "DDP": ddp_mem}, "peak GPU memory allocated"
+    else:
+        side = {"rebuilt DP (ledger)": dp_mem}
+        title = f"rebuilt DP over {len(ddp_tensors)} virtual devices: tensor bytes"
+    dp_lab.plot_dp_vs_ddp(side, title, ddp_tensors, ddp_predicted, ddp_mem, what,
+                          same_scale=not on_gpus)
+
+
+def memory_explorer() -> None:
+    """The calculator's peaks per device, DataParallel against DDP, for a model described by
+    sliders: drawn once at the default (kept in the executed copy), redrawn in a live notebook."""
+    import ipywidgets as widgets
+    from common import dp_lab, memory
+    from IPython.display import display
+
+    default = dict(params_millions=350, batch=64, devices=4, activation_mb=120,
+                   output_size=512 * 32000, dtype="float32", optimizer="adam")
+    dp_lab.draw_memory(**default)
+    display(widgets.interactive(
+        dp_lab.draw_memory,
+        params_millions=widgets.FloatSlider(value=350, min=1, max=3000, step=1,
+                                            description="params (M)"),
+        batch=widgets.IntSlider(value=64, min=1, max=512, description="global batch"),
+        devices=widgets.IntSlider(value=4, min=1, max=8, description="devices"),
+        activation_mb=widgets.FloatSlider(value=120, min=0, max=1000, step=1,
+                                          description="act. MB/sample"),
+        output_size=widgets.IntSlider(value=512 * 32000, min=1, max=2**25, step=1000,
+                                      description="outputs/sample"),
+        dtype=widgets.Dropdown(options=list(memory.DTYPE_BYTES), value="float32",
+                               description="dtype"),
+        optimizer=widgets.Dropdown(options=list(memory.OPTIMIZER_STATES), value="adam",
+                                   description="optimizer"),
+    ))
+
+
 def claim_rebuilt_grads(claims, *, grad_diff: float, grad_scale: float) -> None:
     claims.check(
         "rebuilt DP over 4 virtual devices computes one process's gradients: they differ by "
@@ -105,13 +192,18 @@ def claim_calculator(claims, *, calc_error: dict) -> None:
                   "(2 × HIDDEN floats) are not what autograd saved here")
 
 
-def claim_ddp_level(claims, *, tensor_balance: float, balance: float, what: str,
-                    calc_error: float) -> None:
-    """The DDP ranks' balance, and the calculator's DDP figure against the ranks' count."""
+def balance(per_rank: list) -> float:
+    """The largest rank's figure over the smallest's."""
+    return max(per_rank) / min(per_rank)
+
+
+def claim_ddp_level(claims, *, tensor_mem: list, mem: list, what: str, calc_error: float) -> None:
+    """The DDP ranks' balance (``tensor_mem``: their tensor bytes, ``mem``: ``what`` the memory
+    system saw), and the calculator's DDP figure against the ranks' count."""
     claims.check(
         "the DDP ranks are level: their tensor bytes differ by a factor {tensor_balance:.3f} at "
         "most, their {what} by {balance:.2f}", "tensor_balance < 1.05 and balance < 1.25",
-        tensor_balance=tensor_balance, balance=balance, what=what,
+        tensor_balance=balance(tensor_mem), balance=balance(mem), what=what,
         otherwise="largest / smallest rank: {tensor_balance:.3f} in tensor bytes, {balance:.2f} in "
                   "{what} (likely, not measured here: rank 0 also writes the metrics, caches grow "
                   "unevenly)")
@@ -148,8 +240,8 @@ def claim_dp_vs_ddp(claims, *, dp_mem: list, ddp_like: list, dp_predicted: list,
 
 
 def save(setup, claims, tasks, *, grad_diff, grad_scale, ks, ledgers, peak_ratio, serial_share,
-         calc_error, calc_ratio, gil, gpu, n, what, ddp_mem, ddp_balance, ddp_tensor_mem,
-         ddp_tensor_balance, calc_error_ddp, state_bytes, output_bytes, trend) -> None:
+         calc_error, calc_ratio, gil, gpu, n, what, ddp_mem, ddp_tensor_mem, calc_error_ddp,
+         state_bytes, output_bytes, trend) -> None:
     """The results record: the figures of every section, per K where they vary with K."""
     figures = {
         "rebuilt_grad_max_diff": grad_diff, "rebuilt_grad_max_abs": grad_scale,  # float64
@@ -160,9 +252,9 @@ def save(setup, claims, tasks, *, grad_diff, grad_scale, ks, ledgers, peak_ratio
            for name, short in [("few large matmuls", "matmul"), ("many tiny ops", "tiny")]
            for how in ("threads", "processes")},
         "gpu_measured": gpu["measured"],
-        "ddp_world_size": n, "ddp_memory_kind": what, "ddp_balance_max_over_min": ddp_balance,
+        "ddp_world_size": n, "ddp_memory_kind": what, "ddp_balance_max_over_min": balance(ddp_mem),
         "ddp_rank0_mem_bytes": ddp_mem[0],
-        "ddp_tensor_balance_max_over_min": ddp_tensor_balance,
+        "ddp_tensor_balance_max_over_min": balance(ddp_tensor_mem),
         "ddp_rank0_tensor_bytes": ddp_tensor_mem[0],
         "ddp_calc_error": calc_error_ddp, "ledger_dev0_state_bytes_kmax": state_bytes,
         "ledger_dev0_output_bytes_kmax": output_bytes, "memory_trend": " ".join(trend),

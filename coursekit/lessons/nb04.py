@@ -2,10 +2,79 @@
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+
 from ..results import save_results
 from . import closing
 
 STEM = "04_a_real_ddp_training_loop"
+
+
+def plot_glyphs(data: dict) -> None:
+    """Every class's glyph without noise and as trained, look-alike pairs in one column; then
+    the model's size at the default width. ``data``: make_dataset's options (DATA)."""
+    from common.glyphs import Net, make_dataset  # launchers/common/, importable after configure
+
+    clean, _ = make_dataset(400, seed=1, **{**data, "noise": 0.0})
+    noisy, labels = make_dataset(400, seed=1, **data)  # the same places, with noise
+    fig, axes = plt.subplots(4, 8, figsize=(9, 4.6))
+    for c in range(data["classes"]):  # each column: a look-alike pair (classes 2k, 2k+1)
+        i = (labels == c).nonzero()[0, 0]
+        for row, images in ((c % 2, clean), (2 + c % 2, noisy)):
+            ax = axes[row, c // 2]
+            ax.imshow(images[i, 0], cmap="gray")
+            ax.set_title(f"class {c}", fontsize=7)
+            ax.axis("off")
+    fig.suptitle("each column a look-alike pair: the glyphs without noise (top), as trained "
+                 "(bottom)", fontsize=9)
+    plt.show()
+    print(f"{sum(p.numel() for p in Net(data['classes']).parameters())} parameters at the "
+          "default width")
+
+
+def plot_scalars(scalars: dict) -> None:
+    """The TensorBoard scalars read back ({tag: (steps, values)}), one panel per tag."""
+    fig, axes = plt.subplots(1, 4, figsize=(12, 2.6), layout="tight")
+    units = {"train/loss": "cross-entropy", "test/accuracy": "fraction correct",
+             "train/lr": "learning rate", "train/samples_per_s": "samples / s"}
+    for ax, (tag, unit) in zip(axes, units.items(), strict=True):
+        ax.plot(*scalars[tag], marker="o" if tag.startswith("test") else None, markersize=3)
+        ax.set(title=tag, xlabel="optimizer step", ylabel=unit)
+    fig.suptitle(f"read back from TensorBoard event files ({', '.join(sorted(scalars))})",
+                 fontsize=9)
+    plt.show()
+
+
+def plot_resume(losses: dict, *, resumed_from: int, crashed_at: int) -> None:
+    """The training loss of each run ({label: (steps, values)}, the uninterrupted one first),
+    a line at the step the resumed run started from."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    for (label, curve), style in zip(losses.items(), ["-", ":", "--"], strict=True):
+        ax.plot(*curve, style, label=label, linewidth=2 if style == "-" else 1.5)
+    ax.axvline(resumed_from, color="gray", linewidth=0.8)
+    ax.set(xlabel="optimizer step", ylabel="training loss (rank 0, cross-entropy)",
+           title=f"crash at step {crashed_at}, resume from the checkpoint of step {resumed_from}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # outside: covers no curve
+    plt.show()
+
+
+def plot_learning(main: dict, classes: int) -> None:
+    """The training loss of every step and the all-reduced test loss and accuracy after every
+    epoch (``main``: step 4's metrics)."""
+    evals = main["evals"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
+    ax1.plot(range(1, len(main["losses"]) + 1), main["losses"], linewidth=0.8,
+             label="training (rank 0)")
+    ax1.plot([e["step"] for e in evals], [e["test_loss"] for e in evals], "o-", label="test")
+    ax1.set(title="loss", xlabel="optimizer step", ylabel="cross-entropy")
+    ax2.plot([e["step"] for e in evals], [e["test_acc"] for e in evals], "o-",
+             label="test, all-reduced")
+    ax2.axhline(1 / classes, color="gray", linestyle=":", label="chance")
+    ax2.set(title="held-out accuracy", xlabel="optimizer step", ylabel="fraction correct",
+            ylim=(0, 1))
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    plt.show()
 
 
 def claim_set_epoch(claims, *, changes_with: bool, same_without: bool) -> None:
