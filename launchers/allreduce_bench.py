@@ -26,6 +26,38 @@ from common import allreduce_rounds as harness  # timing rounds and table: launc
 from common.devices import init_distributed
 
 
+def byte_sizes(min_bytes, max_bytes, factor):
+    """The message sizes of the sweep, in bytes (of float32 tensors): min_bytes (at least 4)
+    times powers of factor, up to max_bytes."""
+    sizes, size = [], max(4, harness.parse_bytes(min_bytes))
+    while size <= harness.parse_bytes(max_bytes):
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def more_calls(calls, buffers, args, device):
+    """(calls, the gradients): the library's calls plus, to time in the same rounds, --ring
+    FILE's ring_all_reduce() on the same buffers and --model-width's gradients (one flat
+    bucket, as DDP, and one call per tensor)."""
+    if args.ring:
+        ring = harness.load_ring(args.ring)
+        calls = {**calls, **{f"ring {size}": (lambda b=buffer: ring.ring_all_reduce(b))
+                             for size, buffer in buffers.items()}}  # fmt: skip
+    if not args.model_width:
+        return calls, []
+    grads, calls = harness.with_gradients(calls, args.model_width, device, list(buffers))
+    return calls, grads
+
+
+def copy_ceiling(nbytes, device, rank):
+    """Rank 0's single-process copy bandwidth (bytes/s; None elsewhere), the others waiting."""
+    dist.barrier()
+    copy_bps = harness.copy_bandwidth(nbytes, device) if rank == 0 else None
+    dist.barrier()
+    return copy_bps
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--min-bytes", default="4")
@@ -46,29 +78,15 @@ def main():
     # a GPU) the buffers stay on the CPU and the figures are gloo's own
     device = device if backend == "nccl" else torch.device("cpu")
 
-    sizes = []  # bytes, of float32 tensors
-    size = max(4, harness.parse_bytes(args.min_bytes))
-    while size <= harness.parse_bytes(args.max_bytes):
-        sizes.append(size)
-        size *= args.factor
+    sizes = byte_sizes(args.min_bytes, args.max_bytes, args.factor)  # bytes, of float32 tensors
     buffers = {size: torch.ones(size // 4, device=device) for size in sizes}
     calls = {f"library {size}": (lambda b=buffers[size]: dist.all_reduce(b)) for size in sizes}
-    if args.ring:
-        ring = harness.load_ring(args.ring)
-        calls.update({f"ring {size}": (lambda b=buffers[size]: ring.ring_all_reduce(b))
-                      for size in sizes})
-    grads = []
-    if args.model_width:  # an MLP's gradients: one flat bucket (as DDP) and one call per tensor
-        grads, calls = harness.with_gradients(calls, args.model_width, device, sizes)
-
-    # how busy the machine was as the sweep began (the 1-minute load average, where the system
-    # has one): a figure for the notebooks, which may not guess at causes
+    calls, grads = more_calls(calls, buffers, args, device)  # --ring, --model-width
+    # how busy the machine was as the sweep began (1-minute load average): a figure, no cause
     load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     # rounds: every size once per round, so drift hits all alike; each call after a barrier
     times = harness.timed_rounds(calls, device, args.warmup, args.iters)
-    dist.barrier()
-    copy_bps = harness.copy_bandwidth(max(sizes[-1], 64 * 2**20), device) if rank == 0 else None
-    dist.barrier()
+    copy_bps = copy_ceiling(max(sizes[-1], 64 * 2**20), device, rank)
 
     per_rank = [None] * world_size
     dist.all_gather_object(per_rank, times)

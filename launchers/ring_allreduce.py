@@ -2,10 +2,8 @@
 
     torchrun --nproc-per-node 4 launchers/ring_allreduce.py [--impl FILE ...]
 
-Fill in ring_all_reduce() below. Run as a script, this file checks it (or the ring_all_reduce()
-of each --impl FILE, all in one run) with launchers/common/ring_check.py: every world size from
-1 to 4, awkward sizes, against dist.all_reduce in float64; it counts the exchanges and reads a
-probe, and metrics.json names each ring's first mistake.
+Fill in ring_all_reduce(). Run as a script, this file checks it (or that of each --impl FILE)
+with launchers/common/ring_check.py; metrics.json names each ring's first mistake.
 """
 
 import sys
@@ -39,8 +37,6 @@ def ring_all_reduce(tensor, group=None):
        one chunk summed over all the ranks.
     2. all-gather, p - 1 steps: the summed chunks travel around the ring once more, each one
        received straight into its place, overwriting.
-    Which chunk does rank r send at step s, and which one does it receive? Read it off the
-    notebook's picture, then write it with r, s and p.
     """
     rank, p = dist.get_rank(group), dist.get_world_size(group)
     chunks = tensor.view(-1).tensor_split(p)  # views: writing into a chunk writes into tensor

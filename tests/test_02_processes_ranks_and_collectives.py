@@ -11,6 +11,7 @@ from conftest import ROOT, claim_with, comparison_starting, execute_notebook, no
 from task_kit import planted, task_checks
 
 import coursekit
+from coursekit.lessons import nb02
 
 EXERCISE = ROOT / "launchers" / "ring_allreduce.py"
 SOLUTION = ROOT / "solutions" / "ring_allreduce.py"
@@ -178,9 +179,9 @@ def test_the_fit_is_a_flat_line_where_the_time_does_not_grow():
     alpha, beta, err = fit(sizes, flat)
     assert beta == np.inf and flat.min() < alpha < flat.max() and err < 0.1
     claims = coursekit.Claims()
-    exec(cell_with("the line t = α + n/β"), {"np": np, "claims": claims, "sizes": sizes,
-                                              "near": sizes > 0, "alpha": alpha, "beta": beta,
-                                              "fit_error": err})  # fmt: skip
+    exec(cell_with("lesson.claim_fit("), {"lesson": nb02, "claims": claims, "sizes": sizes,
+                                           "near": sizes > 0, "alpha": alpha, "beta": beta,
+                                           "fit_error": err})  # fmt: skip
     (skipped,) = claims
     assert skipped.outcome == "skipped" and "did not grow with the size" in skipped.why_skipped
     assert alpha + 2**20 / beta == alpha  # section 5's one-bucket prediction: alpha alone

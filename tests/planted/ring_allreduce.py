@@ -30,8 +30,6 @@ SHARED = [
        one chunk summed over all the ranks.
     2. all-gather, p - 1 steps: the summed chunks travel around the ring once more, each one
        received straight into its place, overwriting.
-    Which chunk does rank r send at step s, and which one does it receive? Read it off the
-    notebook's picture, then write it with r, s and p.
 '''),
 ]
 MISTAKES = {
