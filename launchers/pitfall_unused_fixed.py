@@ -51,7 +51,7 @@ def main():
         x, y = x.to(device), y.to(device)
         for name, (_model, ddp_model, optimizer) in variants.items():
             with timed_step(device, times[name], calls[name]):  # its seconds and collectives
-                if name == "find_unused":  # (a) the branch stays conditional; DDP searches
+                if name == "find_unused":  # (a) find_unused_parameters=True: DDP searches
                     logits, aux_logits = ddp_model(x, use_aux=step % 2 == 0)
                     aux_weight = 0.3
                 else:  # (b) the branch runs every step; its loss counts on even steps only

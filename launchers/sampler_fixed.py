@@ -1,32 +1,20 @@
 """Notebook 09 §3, fixed: set_epoch every epoch, and an evaluation split without padding.
 
-    torchrun --nproc-per-node 2 launchers/sampler_fixed.py
+    torchrun --nproc-per-node 2 launchers/sampler_fixed.py --size 11
 
-`sampler.set_epoch(epoch)` gives every epoch a new order (the same permutation on every
-rank, so the shares still do not overlap). For evaluation each rank takes every
-world_size-th sample, `range(rank, size, world_size)`: uneven shares, no sample twice.
+`sampler.set_epoch(epoch)` gives every epoch a new order, the same permutation on every rank
+(so the shares still do not overlap); the evaluation takes every world_size-th sample.
 """
 
-import argparse
-
-import torch
 import torch.distributed as dist
 from common.devices import init_distributed
-from common.pitfall_harness import report_shares
+from common.sampler_shares import gather_shares, sampler_parser
 from torch.utils.data import DataLoader, DistributedSampler
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=10)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="the tier's: the sampler is the same on all")
-    parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
-    args = parser.parse_args()
-
+    args = sampler_parser(__doc__).parse_args()  # --size, --epochs, --device, --out
     device, backend = init_distributed(args.device)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
     dataset = list(range(args.size))
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)
     loader = DataLoader(dataset, batch_size=4, sampler=sampler)
@@ -34,12 +22,9 @@ def main():
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # FIX: a new shuffle every epoch, the same on every rank
         seen.append([i for batch in loader for i in batch.tolist()])
-    evaluated = list(range(rank, args.size, world_size))  # FIX: no padding for evaluation
-
-    gathered = [None] * world_size
-    dist.gather_object({"epochs": seen, "evaluated": evaluated}, gathered if rank == 0 else None)
-    if rank == 0:  # each epoch's order per rank, how many samples the evaluation counted
-        report_shares(args.out, args.size, gathered, backend)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    evaluated = list(range(rank, args.size, world_size))  # FIX: uneven shares, no padding
+    gather_shares(args, seen, evaluated, backend)  # rank 0 prints the orders and the count
     dist.destroy_process_group()
 
 

@@ -6,6 +6,34 @@ from ..results import save_results
 from . import closing
 
 STEM = "09_pitfalls_in_real_training"
+# a collective that waited past the process-group timeout: gloo says one of the first two
+TIMED_OUT = ("Timed out waiting", "Application timeout caused pair closure",
+             "Watchdog caught collective operation timeout")
+
+
+def fail_run(setup, script, args=(), **kwargs):
+    """A run expected to fail: quiet, never raises for its failure, bounded by the tier's
+    timeout or 90 s, whichever is shorter."""
+    import coursekit
+
+    return coursekit.run_launcher(script, [str(a) for a in args], setup=setup, check=False,
+                                  timeout_s=min(setup.timeout_s, 90), echo=False, **kwargs)
+
+
+def expect_failure(run, *texts) -> bool:
+    """True if the run failed and its output has every text of `texts` (a tuple: any one)."""
+    missing = [t for t in texts
+               if not any(alt in run.output for alt in (t if isinstance(t, tuple) else (t,)))]
+    print(run.failure() or f"{run.name} did not fail")
+    print("every expected text found" if not missing else f"MISSING: {missing}")
+    return not run.ok and not missing
+
+
+def where_waited(run) -> None:
+    """Where each rank but rank 0 (those with batches left) waited: its last frames."""
+    for rank in range(1, run.nproc):
+        tb = run.traceback(rank)
+        print(f"rank {rank} waited in:", " -> ".join(f[2] for f in tb.frames[-6:]) if tb else "?")
 
 
 def claim_unused(claims, *, reproduced: bool) -> None:
@@ -35,6 +63,25 @@ def claim_fixes(claims, *, calls: dict, buckets: dict, rounds: dict):
         "{ratio_high:.2f}x", otherwise="find_unused_parameters=True was faster in every round "
         "({ratio:.2f}x the other's time): likely, not measured here, because the always-used "
         "model also runs the auxiliary head on odd steps")  # fmt: skip
+
+
+def fixes(claims, metrics: dict):
+    """The fixed run of §1: each fix's time per round plotted (a round: an odd step, without
+    the auxiliary head in fix (a), and the even step after it; not step 0), then the claims of
+    :func:`claim_fixes`; returns the timing claim."""
+    import matplotlib.pyplot as plt
+
+    rounds = {n: [a + b for a, b in zip(t[1::2], t[2::2], strict=False)]
+              for n, t in metrics["step_s"].items()}  # fmt: skip
+    fig, ax = plt.subplots(figsize=(6, 2.4))
+    for name, times in rounds.items():
+        ax.plot([1000 * t for t in times], marker="o", label=name)
+    ax.set(xlabel="round (an odd and an even step, alternating variants)", ylabel="ms per round",
+           title="the two fixes, round by round")
+    ax.legend(fontsize=8)
+    plt.show()
+    return claim_fixes(claims, calls=metrics["collectives_per_step"], buckets=metrics["buckets"],
+                       rounds=rounds)
 
 
 def claim_batchnorm(claims, *, synced: float, floor: float, over_floor: float, synced64: float,
@@ -112,11 +159,26 @@ def plot_batchnorm(bn: dict) -> None:
                  f"{bn['world_size']} ranks", fontsize=9)  # fmt: skip
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     plt.show()
+    print("SyncBatchNorm on this tier:", bn["syncbn"])
+    if bn["syncbn"] == "ran":
+        print("SyncBatchNorm's running mean vs one process:",
+              max(r["syncbn_running_mean_diff"] for r in ranks))
 
 
-def claim_sampler(claims, *, forgot: dict, fixed: dict, size: int, forgot_repeats: bool,
-                  fixed_repeats: bool) -> None:  # fmt: skip
-    """set_epoch's reshuffle, and the padded evaluation against range(rank, size, world)."""
+def same_every_epoch(metrics: dict) -> bool:
+    """Did every rank get the same order in every epoch?"""
+    return all(len({tuple(e) for e in r["epochs"]}) == 1 for r in metrics["ranks"])
+
+
+def claim_sampler(claims, *, forgot: dict, fixed: dict, size: int) -> dict:
+    """set_epoch's reshuffle, and the padded evaluation against range(rank, size, world): a line
+    per run, the claims; returns the figures for the results record."""
+    forgot_repeats, fixed_repeats = same_every_epoch(forgot), same_every_epoch(fixed)
+    for name, metrics, repeats in [("without set_epoch:", forgot, forgot_repeats),
+                                   ("fixed:", fixed, fixed_repeats)]:
+        print(f"{name:18} every epoch the same order: {repeats}; evaluation counted "
+              f"{metrics['evaluated_count']} samples, {metrics['evaluated_distinct']} distinct, "
+              f"of {size}")  # fmt: skip
     claims.check("Without set_epoch every epoch repeated the first epoch's order, on every rank; "
                  "with it, the order changed", "forgot_repeats == True and fixed_repeats == False",
                  forgot_repeats=forgot_repeats, fixed_repeats=fixed_repeats,
@@ -133,6 +195,11 @@ def claim_sampler(claims, *, forgot: dict, fixed: dict, size: int, forgot_repeat
                  otherwise="{world} ranks divide {size} samples, or the fix miscounted (padded: "
                  "{count}, fixed: {fixed_count} counted, {fixed_distinct} distinct): with a size "
                  "that divides, the sampler pads nothing")  # fmt: skip
+    pads = size % forgot["world_size"] != 0
+    return {"set_epoch_reproduced": forgot_repeats, "set_epoch_fixed": not fixed_repeats,
+            "uneven_size_reproduced": forgot["evaluated_count"] > size if pads else True,
+            "uneven_size_fixed": fixed["evaluated_count"] == fixed["evaluated_distinct"] == size,
+            "padded_evaluation_count": forgot["evaluated_count"]}
 
 
 def claim_uneven(claims, *, uneven, uneven_ok: bool, pg_timeout: float) -> None:
@@ -145,19 +212,29 @@ def claim_uneven(claims, *, uneven, uneven_ok: bool, pg_timeout: float) -> None:
                  "{timed_out}): its output above says how it ended")  # fmt: skip
 
 
-def claim_join(claims, *, batches: list, joined_equal: bool) -> None:
+def claim_join(claims, metrics: dict) -> bool:
+    """The run with Join: every rank's batches, and whether all ended with the same parameters
+    (returned)."""
+    batches = [r["batches"] for r in metrics["ranks"]]
+    joined_equal = len({r["checksum"] for r in metrics["ranks"]}) == 1
     claims.check("With Join the ranks ran {batches} batches and all ended with the same "
                  "parameters", "equal == True", batches=" / ".join(map(str, batches)),
                  equal=joined_equal,
                  otherwise="with Join the ranks ran {batches} batches but their parameter "
                  "checksums differ at the end")  # fmt: skip
+    return joined_equal
 
 
 def save(setup, claims, tasks, *, results: dict, pg_timeout: float, ok) -> None:
-    """The results record: per pitfall, reproduced, fixed and seconds to surface; the exercise."""
+    """The results record: per pitfall, reproduced, fixed and seconds to surface; the exercise.
+    Then which pitfalls were reproduced and fixed, and an error unless all of them were."""
     save_results(STEM, {
         **results, "pg_timeout_s": pg_timeout, "exercise_passed": ok is True}, setup, claims=claims,
         tasks=tasks)  # fmt: skip
+    reproduced = {k: v for k, v in results.items() if k.endswith("_reproduced")}
+    fixes = {k: v for k, v in results.items() if k.endswith("_fixed")}
+    print("reproduced:", reproduced, "\nfixed:", fixes)
+    assert all(reproduced.values()) and all(fixes.values())
 
 
 def close(setup, claims) -> None:
