@@ -166,32 +166,31 @@ def test_a_zero1_that_hangs_is_stopped_and_says_where(setup, tmp_path):
     assert "rank 0: " in message and "rank 1: " in message
 
 
-def test_the_alpha_beta_cell_takes_a_flat_line_where_the_time_does_not_grow(tmp_path):
+def test_alpha_beta_takes_a_flat_line_where_the_time_does_not_grow(tmp_path, monkeypatch):
     """Issue 29 N10: notebook 02's results, or this notebook's own brief sweep, may find no
-    bandwidth term (NVLink at SMOKE sizes: the time does not grow with the size). The cell
+    bandwidth term (NVLink at SMOKE sizes: the time does not grow with the size). alpha_beta
     then models the wire by alpha alone (beta inf), where it raised; the communication model
-    still gives a time (the notebook's own cell, with a fake launcher and results)."""
+    still gives a time (the notebook's own function, with a fake launcher and results)."""
     import json
     from types import SimpleNamespace
 
-    import nbformat
-    import numpy as np
     from common import memory
-    notebook = nbformat.read(ROOT / "notebooks" / "11_beyond_ddp_sharding.ipynb", as_version=4)
-    (source,) = [c.source for c in notebook.cells
-                 if c.cell_type == "code" and "nb02 = setup.results_dir" in c.source]
+
+    from coursekit.lessons import nb11
+
     sizes = [4**k * 2**14 for k in range(6)]
+    setup = SimpleNamespace(results_dir=tmp_path)
 
     def run(times, nb02=None):
         if nb02 is not None:
             (tmp_path / "02_processes_ranks_and_collectives.json").write_text(json.dumps(nb02))
         rows = [{"bytes": n, "seconds": times(n)} for n in sizes]
-        fake = SimpleNamespace(
-            load_results=lambda stem, folder: json.loads((folder / f"{stem}.json").read_text()),
-            run_launcher=lambda *a, **k: SimpleNamespace(metrics={"sizes": rows}))
-        ns = {"coursekit": fake, "np": np, "N": 2, "setup": SimpleNamespace(results_dir=tmp_path)}
-        exec(source, ns)
-        return ns["alpha"], ns["beta"]
+        monkeypatch.setattr(nb11, "load_results",
+                            lambda stem, folder: json.loads((folder / f"{stem}.json").read_text()))
+        monkeypatch.setattr(nb11, "run_launcher",
+                            lambda *a, **k: SimpleNamespace(metrics={"sizes": rows}))
+        alpha, beta, _ = nb11.alpha_beta(setup, 2)
+        return alpha, beta
 
     alpha, beta = run(lambda n: 30e-6 + n / 2e9)
     assert alpha == pytest.approx(30e-6) and beta == pytest.approx(2e9)

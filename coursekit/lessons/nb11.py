@@ -1,16 +1,25 @@
-"""Notebook 11, beyond DDP (sharding): its claims, launcher import and results record."""
+"""Notebook 11, beyond DDP (sharding): its claims, plots, launcher import and results record."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
-from ..results import save_results
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..course import ROOT
+from ..echo import headless
+from ..results import load_results, save_results
+from ..runner import run_launcher
 from . import closing
 
 STEM = "11_beyond_ddp_sharding"
 MiB = 2**20
 STRATEGIES = ("ddp", "zero", "fsdp")  # the ones the notebook runs
+LABELS = {"ddp": "DDP", "zero": "DDP + ZeRO-1", "zero2": "ZeRO-2", "fsdp": "FSDP2"}
+KINDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes")  # a rank's record
+STATE_KINDS = ("parameters", "gradients", "optimizer", "activations")  # memory.STATE_KINDS
 
 
 def load_launcher(path):
@@ -19,6 +28,135 @@ def load_launcher(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _stacked(ax, x, parts, label_prefix="", hatch=None) -> None:
+    """One bar of a rank's bytes, kind upon kind (parameters, gradients, optimizer, activations)."""
+    bottom = 0
+    for kind, value, color in zip(STATE_KINDS, parts, plt.cm.tab10.colors, strict=False):
+        ax.bar(x, value / MiB, 0.35, bottom=bottom / MiB, color=color, hatch=hatch,
+               label=f"{label_prefix}{kind}", edgecolor="white")
+        bottom += value
+
+
+def plot_ddp_ranks(ddp_ranks: list, predicted: dict, n_params: int) -> None:
+    """Each DDP rank's bytes by kind, measured (plain) beside the calculator's (hatched)."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for r, held in enumerate(ddp_ranks):
+        _stacked(ax, r - 0.2, [held[k] for k in KINDS], "" if r == 0 else "_")
+        _stacked(ax, r + 0.2, list(predicted.values()), "_", hatch="//")
+    ax.set_xticks(range(len(ddp_ranks)), [f"rank {r}" for r in range(len(ddp_ranks))])
+    ax.set(xlabel="rank: measured (plain) | calculator (hatched)", ylabel="MiB",
+           title=f"DDP, {n_params:,} parameters, fp32, AdamW: rank by rank")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # covers no bar
+    plt.show()
+
+
+def plot_state_per_rank(runs: dict, ddp_share: float) -> None:
+    """Each strategy's state per rank (parameters, gradients, optimizer), against DDP's / N."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5), sharey=True)
+    for ax, strategy in zip(axes, STRATEGIES, strict=True):
+        ranks = runs[f"{strategy}-float32"]["ranks"]
+        for r, held in enumerate(ranks):
+            _stacked(ax, r, [held[k] for k in KINDS[:3]],
+                     "" if r == 0 and strategy == "ddp" else "_")
+        ax.axhline(ddp_share / MiB, color="k", ls="--", lw=1,
+                   label="DDP's state / N" if strategy == "ddp" else None)
+        ax.set_xticks(range(len(ranks)), [f"rank {r}" for r in range(len(ranks))])
+        ax.set(title=LABELS[strategy], xlabel="rank")
+    axes[0].set_ylabel("MiB per rank (parameters, gradients, optimizer state)")
+    fig.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.99, 0.9))  # beside the axes
+    plt.show()
+
+
+def alpha_beta(setup, N: int) -> tuple[float, float, str]:
+    """Notebook 02's alpha (s) and beta (bytes/s) at N ranks, from its results, or measured
+    now as it does (briefly, up to 16 MiB: the bandwidth shows); beta is inf where the time
+    did not grow with the size (a fast link: t = alpha alone). And where they came from."""
+    nb02 = setup.results_dir / "02_processes_ranks_and_collectives.json"
+    nb02 = load_results(nb02.stem, setup.results_dir) if nb02.exists() else {}
+    if nb02.get("nproc") == N:  # its beta: a number, or a sentence where the time was flat
+        beta = nb02["beta_GBps"] * 1e9 if isinstance(nb02["beta_GBps"], float) else float("inf")
+        return max(nb02["alpha_us"], 0.0) * 1e-6, beta, "notebook 02 results"
+    rows = run_launcher(ROOT / "launchers" / "allreduce_bench.py", [
+        "--min-bytes", "16K", "--max-bytes", "16M", "--factor", "4", "--iters", "5",
+        "--warmup", "2"], setup=setup, name="bench", echo=False).metrics["sizes"]  # fmt: skip
+    sizes = [row["bytes"] for row in rows]
+    seconds = np.array([row["seconds"] for row in rows])  # notebook 02's fit: relative errors
+    inv_beta, alpha = np.polyfit(sizes, seconds, 1, w=1 / seconds)
+    if not inv_beta > 0:  # the time did not grow with the size: t = alpha alone, beta inf
+        inv_beta, (alpha,) = 0.0, np.polyfit(sizes, seconds, 0, w=1 / seconds)
+    beta = 1 / inv_beta if inv_beta else float("inf")
+    return max(float(alpha), 0.0), beta, "allreduce_bench.py, just now"
+
+
+def plot_tradeoff(step_ratio: dict, state_bytes: dict, comm_bytes: dict, N: int,
+                  device: str) -> None:  # fmt: skip
+    """Memory per rank against step time (measured), beside the bytes each step sends (model)."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for s in STRATEGIES:
+        ax.scatter(step_ratio[s], state_bytes[s] / MiB, s=80)
+        ax.annotate(f"  {LABELS[s]}", (step_ratio[s], state_bytes[s] / MiB))
+    ax.set(xlabel="median step time / DDP's (measured)", ylabel="MiB of state per rank (measured)",
+           xlim=(0, 1.1 * max(step_ratio.values())),
+           ylim=(0, 1.1 * max(state_bytes.values()) / MiB),
+           title=f"{N} ranks, {device}: memory against time")  # fmt: skip
+    bx.bar(range(3), [comm_bytes[s] / MiB for s in STRATEGIES], color="tab:gray")
+    bx.set_xticks(range(3), [LABELS[s] for s in STRATEGIES])
+    bx.set(xlabel="strategy", ylabel="MiB sent per rank per step (model)",
+           title="communication per step")
+    plt.show()
+
+
+def draw_limits(gpu_gib=80, devices=8, activation_gib=10, unit_percent=2, dtype="float32",
+                optimizer="adam") -> dict:  # fmt: skip
+    """Each strategy's bytes per GPU against the parameter count, and the GPU's line: the
+    largest model each fits ({strategy: parameters}, returned)."""
+    from common import memory  # launchers/common: importable once coursekit.configure ran
+
+    gpu, act = gpu_gib * 2**30, activation_gib * 2**30
+    limits = {s: memory.max_params_that_fit(gpu, devices, s, dtype=dtype, optimizer=optimizer,
+                                            activation_bytes=act, unit_fraction=unit_percent / 100)
+              for s in memory.STRATEGIES}  # fmt: skip
+    sizes = np.linspace(0, 1.3 * max(limits.values()) or 1, 200)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for s in memory.STRATEGIES:
+        per_rank = [sum(memory.sharded_memory(p, devices, s, dtype=dtype, optimizer=optimizer,
+                                              activation_bytes=act,
+                                              unit_params=p * unit_percent / 100).values())
+                    for p in sizes]  # fmt: skip
+        ax.plot(sizes / 1e9, np.array(per_rank) / 2**30,
+                label=f"{LABELS[s]}: fits up to {limits[s] / 1e9:.1f} B params")
+    ax.axhline(gpu_gib, color="k", ls="--", label=f"{gpu_gib} GiB GPU")
+    ax.set(xlabel="parameters (billions)", ylabel="GiB per GPU", ylim=(0, 2 * gpu_gib),
+           title=f"{devices} GPUs, {dtype}, {optimizer}, {activation_gib} GiB of activations")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    plt.show()
+    return limits
+
+
+def limit_sliders() -> None:
+    """draw_limits with sliders, in a live notebook (papermill's runs have no front end for
+    them: a panel there hung)."""
+    if headless():
+        return
+    import ipywidgets as widgets
+    from common import memory
+    from IPython.display import display
+
+    display(widgets.interactive(
+        draw_limits,
+        gpu_gib=widgets.IntSlider(value=80, min=8, max=192, step=8, description="GPU GiB"),
+        devices=widgets.IntSlider(value=8, min=1, max=64, description="GPUs"),
+        activation_gib=widgets.FloatSlider(value=10, min=0, max=64, step=1,
+                                           description="activ. GiB"),
+        unit_percent=widgets.FloatSlider(value=2, min=0, max=100, step=1,
+                                         description="FSDP unit %"),
+        dtype=widgets.Dropdown(options=list(memory.DTYPE_BYTES), value="float32",
+                               description="dtype"),
+        optimizer=widgets.Dropdown(options=list(memory.OPTIMIZER_STATES), value="adam",
+                                   description="optimizer"),
+    ))  # fmt: skip
 
 
 def claim_ddp_state(claims, *, ddp_state: list, ddp_state_error: float, n_params: int,
