@@ -1,15 +1,10 @@
-"""Notebook 08 §2 (BROKEN ON PURPOSE): a mismatched raw collective, and how to make it speak.
+"""Notebook 08 §2 (BROKEN ON PURPOSE): ranks all-reduce tensors of different shapes.
 
-    torchrun --nproc-per-node 2 launchers/collective_mismatch.py --pg-timeout 5
     TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --nproc-per-node 2 launchers/collective_mismatch.py
 
-Every rank all-reduces a tensor, but each a different shape (3 + rank). Plain, the backend
-pairs them anyway: a crash or a wrong result, with no word of why. With
-TORCH_DISTRIBUTED_DEBUG=DETAIL every collective is checked first across ranks, and the
-error names the operation and the shapes. (Notebook 08 shows `monitored_barrier` on its
-live ranks.)
+Plain, the backend pairs them anyway: a crash or a wrong result, with no word of why. Under
+TORCH_DISTRIBUTED_DEBUG=DETAIL the error names the operation and the shapes.
 """
-
 
 import torch
 import torch.distributed as dist
@@ -19,7 +14,6 @@ from common.pitfall_harness import pitfall_parser
 
 def main():
     args = pitfall_parser(__doc__).parse_args()  # --pg-timeout, --device, --out
-
     device, backend = init_distributed(args.device, timeout=args.pg_timeout)
     rank = dist.get_rank()
     t = torch.ones(3 + rank, device=device)  # BUG: the shapes differ across ranks

@@ -1,22 +1,25 @@
-"""Notebook 08 §2, the silent desync, fixed: the ranks agree on skipping a bad batch.
+"""Notebook 08 §2, the silent desync: one rank skips a bad batch alone, and the fix.
 
+    torchrun --nproc-per-node 2 launchers/pitfall_desync.py --bad-step 2 --pg-timeout 5
     torchrun --nproc-per-node 2 launchers/pitfall_desync_fixed.py --bad-step 2
 
-At `--bad-step` the last rank's batch is corrupted (a NaN), its loss is not finite, and it
-asks the others before skipping: one all-reduce of a 0/1 flag (MAX) per step, and either
-every rank skips the step or none does. The steps stay in phase, the checksums equal.
-Every rank prints its parameter checksum after each step: compare them across ranks.
+At `--bad-step` the last rank's batch is corrupted (a NaN) and its loss is not finite.
+pitfall_desync.py (BROKEN ON PURPOSE): that rank skips the step alone (no backward, no
+optimizer step). Nothing fails: its next backward is paired with the other ranks' previous
+one, every step from there on is out of phase, and only the final collective, which one rank
+reaches with a backward still pending, times out. pitfall_desync_fixed.py: the ranks decide
+together, one all-reduce of a 0/1 flag (MAX) per step, and either every rank skips the step
+or none does. Every rank prints its parameter checksum after each step: compare them.
 """
 
-import faulthandler
 import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from common.devices import init_distributed
-from common.glyphs import Net, make_dataset
-from common.pitfall_harness import checksum, pitfall_parser, write_metrics
+from common.glyphs import Net
+from common.pitfall_harness import checksum, pitfall_parser, rank_batches, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -35,16 +38,8 @@ def main():
     model = Net(norm="layer").to(device)  # no BatchNorm: no buffers for DDP to broadcast
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
 
-    for step in range(args.steps):
-        if args.watchdog:  # re-armed every step: fires only if this step takes too long
-            faulthandler.dump_traceback_later(args.watchdog, exit=False)
-        first = (step * world_size + rank) * args.batch_size
-        x = x_all[first : first + args.batch_size].clone()
-        y = y_all[first : first + args.batch_size]
-        if step == args.bad_step and rank == world_size - 1:
-            x[0, 0, 0, 0] = float("nan")  # a corrupt sample, on one rank only
+    for step, (x, y) in enumerate(rank_batches(args, rank, world_size, args.bad_step)):
         loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
         bad = torch.tensor([0.0 if torch.isfinite(loss) else 1.0], device=device)
         dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # FIX: one decision, taken by all ranks
@@ -56,7 +51,6 @@ def main():
         optimizer.step()
         line = f"step {step}  loss {loss.item():.4f}  checksum {checksum(model):.10f}\n"
         print(line, end="", flush=True)  # one write, its newline included: notebook 08 §3
-    faulthandler.cancel_dump_traceback_later()
 
     gathered = [None] * world_size
     dist.gather_object({"checksum": checksum(model)}, gathered if rank == 0 else None)

@@ -1,24 +1,26 @@
-"""Notebook 08 §1, the hang, fixed: every rank reaches the checkpoint barrier.
+"""Notebook 08 §1, the hang: a checkpoint barrier that only rank 0 reaches, and its fix.
 
+    torchrun --nproc-per-node 2 launchers/pitfall_hang.py --pg-timeout 5 --watchdog 2
     torchrun --nproc-per-node 2 launchers/pitfall_hang_fixed.py
 
-Notebook 04's model and data (common/glyphs.py). Rank 0 saves a checkpoint every few
-steps; then EVERY rank waits at the barrier (outside the `if`), so no rank reads or
-overwrites the checkpoint before it is complete.
+Notebook 04's model and data (common/glyphs.py). Rank 0 saves a checkpoint every few steps,
+then waits at a barrier so that no rank reads or overwrites a half-written file.
+pitfall_hang.py (BROKEN ON PURPOSE) has the barrier inside `if rank == 0:`: the other ranks
+never arrive, they go on to the next step and wait there. pitfall_hang_fixed.py has it
+outside, where every rank waits; the two files differ in that line only.
 `--pg-timeout` bounds every collective (torch's default: 30 minutes for gloo, 10 for
 NCCL); `--watchdog S` makes each rank print where it is (faulthandler) when a step takes
 longer than S seconds.
 """
 
-import faulthandler
 import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from common.devices import init_distributed
-from common.glyphs import Net, make_dataset
-from common.pitfall_harness import checksum, pitfall_parser, write_metrics
+from common.glyphs import Net
+from common.pitfall_harness import checksum, pitfall_parser, rank_batches, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -38,13 +40,8 @@ def main():
     model = Net().to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
 
-    for step in range(args.steps):
-        if args.watchdog:  # re-armed every step: fires only if this step takes too long
-            faulthandler.dump_traceback_later(args.watchdog, exit=False)
-        first = (step * world_size + rank) * args.batch_size
-        x, y = x_all[first : first + args.batch_size], y_all[first : first + args.batch_size]
+    for step, (x, y) in enumerate(rank_batches(args, rank, world_size)):  # re-arms --watchdog
         loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # a collective: every rank must get here, every step
@@ -55,7 +52,6 @@ def main():
             if rank == 0:
                 torch.save(model.state_dict(), os.path.join(args.out, "checkpoint.pt"))
             dist.barrier()  # FIX: every rank makes the same collective calls, in the same order
-    faulthandler.cancel_dump_traceback_later()
 
     gathered = [None] * world_size
     dist.gather_object({"checksum": checksum(model)}, gathered if rank == 0 else None)

@@ -7,15 +7,14 @@ a non-finite loss is decided by all ranks together (an all-reduce of a 0/1 flag,
 in notebook 08 §2's fixed desync. Every rank takes the same steps.
 """
 
-import faulthandler
 import os
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from common.devices import init_distributed
-from common.glyphs import Net, make_dataset
-from common.pitfall_harness import checksum, pitfall_parser, write_metrics
+from common.glyphs import Net
+from common.pitfall_harness import checksum, pitfall_parser, rank_batches, write_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -45,17 +44,10 @@ def main():
     model = Net().to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
 
     losses = []  # [step, this rank's loss]
-    for step in range(args.steps):
-        if args.watchdog:  # re-armed every step: fires only if this step takes too long
-            faulthandler.dump_traceback_later(args.watchdog, exit=False)
-        first = (step * world_size + rank) * args.batch_size
-        x = x_all[first : first + args.batch_size].clone()
-        y = y_all[first : first + args.batch_size]
-        if step == args.bad_step and rank == world_size - 1:
-            x[0, 0, 0, 0] = float("nan")  # a corrupt sample, on the last rank only
+    # the last rank's batch at --bad-step holds a NaN; --watchdog re-armed every step
+    for step, (x, y) in enumerate(rank_batches(args, rank, world_size, args.bad_step)):
         loss = F.cross_entropy(ddp_model(x.to(device)), y.to(device))
         bad = torch.tensor([0.0 if torch.isfinite(loss) else 1.0], device=device)
         dist.all_reduce(bad, op=dist.ReduceOp.MAX)  # FIX: one decision, taken by all ranks
@@ -73,7 +65,6 @@ def main():
             if rank == 0:
                 torch.save(model.state_dict(), os.path.join(args.out, "checkpoint.pt"))
             dist.barrier()  # nobody reads or overwrites the checkpoint before it is complete
-    faulthandler.cancel_dump_traceback_later()
 
     gathered = [None] * world_size
     mine = {"checksum": checksum(model), "losses": losses}

@@ -196,8 +196,14 @@ def broken_run(ok, output="", checksums=(1.0, 1.0)):
 
 
 def judged_by(stem_prefix, backend):
-    """The notebook's own ended_broken, with the backend its tier would give its runs."""
+    """The notebook's own ended_broken, with the backend its tier would give its runs: a cell
+    that defines it, else its lesson module's ``ended_broken(run, backend)``."""
+    import importlib
     from types import SimpleNamespace
+    cells = nbformat.read(notebook_path(stem_prefix), as_version=4).cells
+    if not any("def ended_broken(" in c.source for c in cells if c.cell_type == "code"):
+        lesson = importlib.import_module(f"coursekit.lessons.nb{stem_prefix}")
+        return lambda run: lesson.ended_broken(run, backend)
     namespace = {"setup": SimpleNamespace(backend=backend)}
     exec(notebook_cell(stem_prefix, "def ended_broken("), namespace)
     return namespace["ended_broken"]
@@ -226,12 +232,15 @@ def test_where_the_hung_ranks_stood_is_gloos_story():
     from types import SimpleNamespace
 
     import coursekit
+    from coursekit.lessons import nb08
     for backend, outcome in (("nccl", "skipped"), ("gloo", "held")):
-        claims = coursekit.Claims()
+        claims, results = coursekit.Claims(), {}
         hang = SimpleNamespace(nproc=2, where_ranks_stood=lambda: {
             0: "pitfall_hang.py:157 in main: dist.barrier()",
             1: "pitfall_hang.py:148 in main: loss = F.cross_entropy(ddp_model(x), y)"})
         exec(notebook_cell("08", "hang_where = hang.where_ranks_stood()"),
-             {"hang": hang, "claims": claims, "setup": SimpleNamespace(backend=backend)})
+             {"hang": hang, "claims": claims, "results": results, "lesson": nb08,
+              "setup": SimpleNamespace(backend=backend)})
         (made,) = claims
         assert made.outcome == outcome and "{" not in made.text, made
+        assert results == {"hang_ranks_located": 2}

@@ -1,15 +1,59 @@
-"""Notebook 08, pitfalls and debugging: its claims and results record."""
+"""Notebook 08, pitfalls and debugging: its claims and results record, and how it judges and
+reads its broken runs.
+
+Each ``claim_*`` also records its figures in the notebook's ``results`` (the record ``save``
+writes), under the names the tests read.
+"""
 
 from __future__ import annotations
 
+import re
+import sys
+
+from ..result import LauncherTimeout
 from ..results import save_results
+from ..runner import fresh_run_dir, run_command, run_launcher
 from . import closing
 
 STEM = "08_pitfalls_and_debugging"
+# a collective that waited past the process-group timeout: gloo says one of the first two
+TIMED_OUT = ("Timed out waiting", "Application timeout caused pair closure",
+             "Watchdog caught collective operation timeout")
 
 
-def claim_hang_timeout(claims, *, hang, hang_ok: bool, pg_timeout: float, limit: float) -> None:
+def fail_runner(setup, timeout_s: float):
+    """``fail_run(script, args, **kwargs)``: a run expected to fail, quiet, bounded by
+    ``timeout_s``; it never raises for its failure."""
+    def fail_run(script, args=(), **kwargs):
+        return run_launcher(script, [str(a) for a in args], setup=setup, check=False,
+                            timeout_s=timeout_s, echo=False, **kwargs)
+    return fail_run
+
+
+def expect_failure(run, *texts) -> bool:
+    """True if the run failed and its output has every text of ``texts`` (a tuple: any one)."""
+    missing = [t for t in texts
+               if not any(alt in run.output for alt in (t if isinstance(t, tuple) else (t,)))]
+    print(run.failure() or f"{run.name} did not fail")
+    print("every expected text found" if not missing else f"MISSING: {missing}")
+    return not run.ok and not missing
+
+
+def ended_broken(run, backend: str) -> bool:
+    """Did a broken run end as its backend promises? gloo: failed, with its timeout text. NCCL
+    promises nothing for mismatched collectives: failed (its watchdog aborts at the timeout)
+    or a wrong result (parameters differ)."""
+    if backend != "nccl":
+        return expect_failure(run, TIMED_OUT)
+    wrong = run.ok and len({r["checksum"] for r in run.metrics["ranks"]}) > 1
+    print(run.failure() or f"{run.name} finished; the ranks' parameters differ: {wrong}")
+    return not run.ok or wrong
+
+
+def claim_hang_timeout(claims, results: dict, *, hang, hang_ok: bool, pg_timeout: float,
+                       limit: float) -> None:  # fmt: skip
     """Whether the process-group timeout ended the hang, in its window."""
+    results.update(hang_reproduced=hang_ok, hang_seconds=hang.seconds)
     claims.check(
         "The process-group timeout turned the hang into an error: the run ended after "
         "{seconds:.1f} s (timeout {pg_timeout} s, plus start-up), before the runner's limit of "
@@ -22,16 +66,58 @@ def claim_hang_timeout(claims, *, hang, hang_ok: bool, pg_timeout: float, limit:
         "(its output above says how)")
 
 
-def claim_hang_fixed(claims, *, fixed: bool, nproc: int) -> None:
+def claim_where(claims, results: dict, where: dict, *, nproc: int, backend: str) -> None:
+    """Whether the stack dumps located every rank of the hang: rank 0 in the barrier, the
+    others in their next forward (gloo; with NCCL the claim is skipped, saying why)."""
+    results.update(hang_ranks_located=len(where))
+    text = ("The stack dumps located all {located} ranks: rank 0 in the barrier, the others in "
+            "their next forward")
+    # NCCL queues a collective on the GPU and returns: only its barrier holds the CPU
+    if backend == "nccl":
+        claims.skip(text, expect="the stack dumps would locate every rank: rank 0 in the "
+                    "barrier, the others in their next forward",
+                    why="with NCCL a rank's Python waits where it next synchronizes with its GPU, "
+                    "not in the collective")
+        return
+    claims.check(text, "located == nproc and in_barrier == True and in_forward == True",
+                 located=len(where), nproc=nproc, in_barrier="barrier" in where.get(0, ""),
+                 in_forward=all("ddp_model(" in where.get(r, "") for r in range(1, nproc)),
+                 otherwise="{located} of {nproc} ranks printed a dump with a launcher frame "
+                 "(rank 0 in the barrier: {in_barrier}, the others in the forward: {in_forward}): "
+                 "a busy machine can delay a dump past the timeout")  # fmt: skip
+
+
+def claim_hang_fixed(claims, results: dict, *, run) -> None:
+    """Whether the fixed run finished with the same parameters on every rank."""
+    fixed = run.ok and len({r["checksum"] for r in run.metrics["ranks"]}) == 1
+    results.update(hang_fixed=fixed)
+    nproc = run.nproc
     claims.check("Fixed: with the barrier outside the `if`, the run finished and all {nproc} ranks "
                  "ended with the same parameters", "fixed == True", fixed=fixed,
                  nproc=nproc, otherwise="the fixed run did not finish with equal "
                  "parameter checksums on every rank (its output above says why)")  # fmt: skip
 
 
-def claim_desync(claims, *, desync, failed: bool, first_divergent, bad_step: int,
-                 pairs: list) -> None:  # fmt: skip
-    """Whether the skipped batch shifted the ranks by one step, silently until the timeout."""
+def checksums_by_step(run) -> dict:
+    """rank -> {step: checksum} from the ranks' 'step N  loss L  checksum C' lines (whole)."""
+    table = {}
+    for rank in range(run.nproc):
+        for text in run.rank_lines(rank):
+            if m := re.fullmatch(r"step (\d+)  loss \S+  checksum (-?\d+\.\d+)", text):
+                table.setdefault(rank, {})[int(m.group(1))] = float(m.group(2))
+    return table
+
+
+def claim_desync(claims, results: dict, *, desync, failed: bool, table: dict, first_divergent,
+                 bad_step: int) -> None:  # fmt: skip
+    """Whether the skipped batch shifted the ranks by one step, silently until the timeout:
+    the last rank (the skipper) shows at step s + 1 the checksum the others show at step s."""
+    skipper = desync.nproc - 1
+    pairs = [table[skipper][s + 1] == other[s] for r, other in table.items() if r != skipper
+             for s in other if s >= bad_step and s + 1 in table.get(skipper, {})]
+    results.update(desync_reproduced=failed and first_divergent is not None,
+                   desync_first_divergent_step=-1 if first_divergent is None else first_divergent,
+                   desync_seconds=desync.seconds)
     claims.check(
         "Nothing failed at the bad batch: the ranks first disagreed at step {first} (where the "
         "skipping rank printed none), and from then on it showed at step s + 1 the checksum the "
@@ -46,7 +132,13 @@ def claim_desync(claims, *, desync, failed: bool, first_divergent, bad_step: int
         "above show it")  # fmt: skip
 
 
-def claim_monitored(claims, *, named: list, monitored_ok: bool) -> None:
+def claim_monitored(claims, results: dict, *, error: str | None, nproc: int) -> None:
+    """Whether monitored_barrier named, on rank 0, the ranks that waited in the skipped
+    all-reduce (every rank but 0)."""
+    named = re.findall(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", error or "")
+    named = sorted(int(r) for r in named[0].split(",")) if named else []
+    monitored_ok = named == list(range(1, nproc))
+    results.update(monitored_barrier_reproduced=monitored_ok)
     claims.check("monitored_barrier, on rank 0, named rank(s) {named} as missing: the ranks "
                  "waiting in the all-reduce rank 0 skipped, not rank 0, which skipped it",
                  "named_the_waiting == True",
@@ -55,12 +147,35 @@ def claim_monitored(claims, *, named: list, monitored_ok: bool) -> None:
                  "says what")  # fmt: skip
 
 
-def claim_detail(claims, *, mismatch_plain, plain_said: bool, detail_ok: bool, desync_detail,
-                 detail_steps: dict, bad_step: int) -> None:  # fmt: skip
-    """What TORCH_DISTRIBUTED_DEBUG=DETAIL said about the mismatch, and about the desync."""
+def show_mismatch(results: dict, plain, detail) -> None:
+    """How each rank of the mismatched all-reduce ended, plain and under DETAIL; records whether
+    the plain run's output named the mismatch and whether DETAIL's error named the operation
+    and the shapes."""
+    detail_ok = expect_failure(detail, "Detected mismatch between collectives on ranks",
+                               "OpType=ALLREDUCE", "Tensor shapes")
+    for rank in range(plain.nproc):
+        tb = plain.traceback(rank)
+        side = next((t for t in plain.rank_lines(rank) if t.startswith("all_reduce returned")),
+                    tb.exception[-1] if tb and tb.exception else "no result and no traceback")
+        print(f"plain, rank {rank}: {side[:150]}")
+    said = next((t for _, t in detail.lines if "Detected mismatch" in t), "")
+    for rank, op, shape in re.findall(r"Rank (\d+) is running collective: CollectiveFingerPrint"
+                                      r"\(SequenceNumber=\d+, OpType=(\w+), "
+                                      r"TensorShape=(\[[^\]]*\])", said):
+        print(f"DETAIL, rank {rank}: {op}, TensorShape={shape}")
+    results.update(mismatch_detail_reproduced=detail_ok, mismatch_detail_seconds=detail.seconds,
+                   mismatch_plain_named_it="Detected mismatch" in plain.output)
+
+
+def claim_detail(claims, results: dict, *, plain, desync_detail, bad_step: int) -> None:
+    """What TORCH_DISTRIBUTED_DEBUG=DETAIL said about the mismatch (show_mismatch recorded it),
+    and about the desync."""
+    plain_said = results["mismatch_plain_named_it"]
+    detail_ok = results["mismatch_detail_reproduced"]
+    detail_steps = checksums_by_step(desync_detail).get(0, {})  # rank 0's steps under DETAIL
     claims.check("Without DETAIL, the mismatched all-reduce gave no word about shapes (exit code "
                  "{plain_exit})", "plain_named_it == False", plain_named_it=plain_said,
-                 plain_exit=mismatch_plain.returncode, otherwise="the plain run's output named "
+                 plain_exit=plain.returncode, otherwise="the plain run's output named "
                  "the mismatch here (exit code {plain_exit}): this build checks more than the "
                  "lesson's")  # fmt: skip
     claims.check("With TORCH_DISTRIBUTED_DEBUG=DETAIL the error named the operation and both "
@@ -82,14 +197,37 @@ def claim_detail(claims, *, mismatch_plain, plain_said: bool, detail_ok: bool, d
                      otherwise="DETAIL stopped rank 0 at step {last}, no later than the bad batch")
 
 
-def claim_desync_fixed(claims, *, in_step: bool, ok: bool, bad_step: int) -> None:
+def claim_desync_fixed(claims, results: dict, *, in_step: bool, ok: bool,
+                       bad_step: int) -> None:  # fmt: skip
+    results.update(desync_fixed=ok and in_step)
     claims.check("Fixed: every rank skipped step {bad_step}, and the checksums agreed at every "
                  "other step", "in_step == True and ok == True", in_step=in_step, ok=ok,
                  bad_step=bad_step, otherwise="the fixed run did not stay in step (finished: "
                  "{ok}, equal checksums at every step: {in_step})")  # fmt: skip
 
 
-def claim_garbled(claims, *, garbled: list, printed: list, nproc: int) -> None:
+def run_plain_torchrun(setup, script, args, *, name: str):
+    """``torchrun --nproc-per-node N --log-dir DIR script args``, as typed at a shell: every
+    rank's output unbuffered, as plain ``python -u`` writes it (not the course runner's whole
+    lines), all in one pipe."""
+    run_dir = fresh_run_dir(setup, name)
+    return run_command([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", str(setup.nproc), "--log-dir", str(run_dir / "logs"),
+                        str(script), *map(str, args), "--out", str(run_dir / "out")],
+                       setup=setup, name=name, run_dir=run_dir, echo=False,
+                       env={"COURSE_STDOUT": "unbuffered"})  # fmt: skip
+
+
+LINE = re.compile(r"^rank \d+ line \d+ of \d+$")  # one line of print_ranks.py, whole
+
+
+def claim_garbled(claims, results: dict, raw, *, nproc: int) -> None:
+    """Count the printed lines of the plain run that came out broken; show a few."""
+    printed = [t for _, t in raw.lines if "line" in t and "of" in t]
+    garbled = [t for t in printed if not LINE.match(t)]
+    print(f"{len(printed)} printed lines seen, {len(garbled)} garbled; for example:",
+          *(garbled[:5] or printed[:3]), sep="\n")
+    results.update(printing_garbled_lines=len(garbled))
     claims.check("{garbled} of {printed} lines came out garbled: {nproc} unbuffered ranks writing "
                  "to one pipe at once interleaved the pieces of their lines", "garbled > 0",
                  garbled=len(garbled), printed=len(printed), nproc=nproc,
@@ -98,7 +236,19 @@ def claim_garbled(claims, *, garbled: list, printed: list, nproc: int) -> None:
                  "write of its own")  # fmt: skip
 
 
-def claim_tidy(claims, *, fixed: bool, log_files: list, nproc: int) -> None:
+def claim_tidy(claims, results: dict, tidy, *, nproc: int) -> None:
+    """What --local-ranks-filter 0 left on the console, and the log files torchrun kept."""
+    shown_ranks = sorted({r for r, _ in tidy.lines if r is not None})
+    intact = all(LINE.match(t) for r, t in tidy.lines
+                 if r is not None and t.startswith("rank ") and " line " in t)
+    log_files = sorted(tidy.run_dir.joinpath("logs").rglob("*.log"))
+    cpp = [sum(1 for t in p.read_text(errors="replace").splitlines()
+               if re.match(r"^\[?[IWE]\d{4} ", t)) for p in log_files]  # C++ logger lines
+    print(f"torchrun's log files: {[str(p.relative_to(tidy.run_dir)) for p in log_files]}; "
+          f"C++ logger lines: {cpp}")
+    fixed = tidy.ok and intact and shown_ranks == [0]
+    results.update(printing_console_ranks=len(shown_ranks), printing_fixed=fixed,
+                   printing_log_files=len(log_files))
     claims.check("With --local-ranks-filter 0 the console showed rank 0's lines only, all intact, "
                  "and torchrun kept {files} log files, one stdout and one stderr per rank",
                  "fixed == True and files >= two_per_rank", fixed=fixed,
@@ -107,9 +257,38 @@ def claim_tidy(claims, *, fixed: bool, log_files: list, nproc: int) -> None:
                  "{files} files)")  # fmt: skip
 
 
+PLACES = {"ddp_model(": "forward", ".backward()": "backward", "dist.barrier()": "barrier",
+          "gather_object": "gather_object", " in log_metrics:": "log_metrics"}  # fmt: skip
+
+
+def run_to_its_limit(setup, script, args, *, limit_s: float):
+    """Run ``script`` until it ends or ``limit_s`` passes (then the runner asks every rank for
+    its stack, SIGUSR1, and stops the run); say how it ended."""
+    try:
+        run = run_launcher(script, [str(a) for a in args], setup=setup, timeout_s=limit_s,
+                           check=False, echo=False)
+    except LauncherTimeout as stopped:
+        run = stopped.result
+    print(run.failure() or "it finished: no rank was stuck")
+    return run
+
+
+def where_stuck(run) -> tuple:
+    """(rank 0's place, the last rank's place), each named as in the task (PLACES), from the
+    stacks the ranks printed; "finished" for a rank that printed none."""
+    stood = run.where_ranks_stood()
+    return tuple(next((p for text, p in PLACES.items() if text in stood[r]), stood[r])
+                 if r in stood else "finished" for r in (0, run.nproc - 1))
+
+
 def save(setup, claims, tasks, *, results: dict, pg_timeout: float) -> None:
-    """The results record: per pitfall, reproduced, fixed and seconds to surface."""
+    """The results record: per pitfall, reproduced, fixed and seconds to surface; every
+    pitfall must have been reproduced and fixed."""
     save_results(STEM, {**results, "pg_timeout_s": pg_timeout}, setup, claims=claims, tasks=tasks)
+    reproduced = {k: v for k, v in results.items() if k.endswith("_reproduced")}
+    fixes = {k: v for k, v in results.items() if k.endswith("_fixed")}
+    print("reproduced:", reproduced, "\nfixed:", fixes)
+    assert all(reproduced.values()) and all(fixes.values())
 
 
 def close(setup, claims) -> None:

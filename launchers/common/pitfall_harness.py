@@ -1,13 +1,15 @@
 """What the pitfall launchers of notebooks 08 and 09 share and is not their lesson.
 
 A broken launcher and its fix differ in a few lines of their training loop. Their common
-flags, the parameter checksum, rank 0's metrics.json, 09 §1's model with an auxiliary head,
-its step timer and 09 §3's report of the samplers' shares are the same in both, so they live
-here and each launcher reads as its pitfall. Every collective stays in the launchers: a
-rank's stack dump names the launcher line it waits at.
+flags, each rank's batches (with 08's watchdog and corrupt sample), the parameter checksum,
+rank 0's metrics.json, 09 §1's model with an auxiliary head, its step timer and 09 §3's
+report of the samplers' shares are the same in both, so they live here and each launcher
+reads as its pitfall. Every collective stays in the launchers: a rank's stack dump names the
+launcher line it waits at.
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import time
@@ -17,7 +19,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from common.glyphs import Net
+from common.glyphs import Net, make_dataset
 
 
 def pitfall_parser(doc, watchdog=False):
@@ -85,3 +87,23 @@ def report_shares(out, size, gathered, backend):
     print(f"evaluation counted {len(counted)} samples of {size}")
     write_metrics(out, world_size=len(gathered), backend=backend, ranks=gathered, size=size,
                   evaluated_count=len(counted), evaluated_distinct=len(set(counted)))
+
+
+def rank_batches(args, rank, world_size, bad_step=None):
+    """Notebook 08's training data: this rank's batches of notebook 04's glyphs, --batch-size
+    samples for each of --steps steps, every rank's its own. Before each step it re-arms the
+    watchdog (--watchdog S: a rank whose step takes longer than S seconds prints its stack,
+    faulthandler). At bad_step the last rank's batch holds a NaN: a corrupt sample, on one
+    rank only."""
+    x_all, y_all = make_dataset(args.steps * args.batch_size * world_size, seed=1)
+    try:
+        for step in range(args.steps):
+            if getattr(args, "watchdog", 0):  # fires only if this step takes too long
+                faulthandler.dump_traceback_later(args.watchdog, exit=False)
+            first = (step * world_size + rank) * args.batch_size
+            x = x_all[first : first + args.batch_size].clone()
+            if step == bad_step and rank == world_size - 1:
+                x[0, 0, 0, 0] = float("nan")
+            yield x, y_all[first : first + args.batch_size]
+    finally:  # the loop ended, or left early (break): no dump after it
+        faulthandler.cancel_dump_traceback_later()
