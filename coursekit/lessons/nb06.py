@@ -111,7 +111,7 @@ def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int,
         claims.check(
             "On a CPU the alpha-beta line lies above the measured spread at {above} of {points} "
             "batch sizes: what it leaves out (ranks sharing the cores) costs more than overlap "
-            "saves; " + explained, "2 * above > points", otherwise="On this CPU the alpha-beta "
+            "saves; " + explained, "above > 0.5 * points", otherwise="On this CPU the alpha-beta "
             "line lies above the measured spread at only {above} of {points} batch sizes: "
             "overlap saved more than the shared cores cost; " + explained, **figures)
     else:
