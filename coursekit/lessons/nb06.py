@@ -81,8 +81,8 @@ def claim_memory(claims, *, dp_ratio: float, ddp_balance: float, bucket_copy: fl
         "at {dp_ratio:.3f}x its last device, DDP's ranks at {ddp_balance:.2f}x each other")
 
 
-def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int,
-                ddp_rounds: list) -> tuple[int, dict, float]:  # fmt: skip
+def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int, ddp_rounds: list,
+                alpha: float, beta: float) -> tuple[int, dict, float]:  # fmt: skip
     """The two ends of the batch sweep, the alpha-beta line against the measured spread, and
     section 2's DDP stepped again in the sweep's rounds (``ddp_rounds``: section 2's).
     Returns (the points where the line lies above the spread, the same-rounds spread, the
@@ -106,14 +106,18 @@ def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int,
     explained = ("at batch {small} its wire time is {share:.0%} of what {n} ranks took beyond "
                  "one process")  # fmt: skip
     figures = {"above": above, "points": len(sweep), "small": small["batch"],
-               "share": small["wire_share"], "n": N}
+               "share": small["wire_share"], "n": N, "alpha_us": alpha * 1e6,
+               "beta_gbps": beta / 1e9}
     if bench["device"].startswith("cpu"):  # the ranks and gloo's threads share the cores
         claims.check(
             "On a CPU the alpha-beta line lies above the measured spread at {above} of {points} "
             "batch sizes: what it leaves out (ranks sharing the cores) costs more than overlap "
             "saves; " + explained, "above > 0.5 * points", otherwise="On this CPU the alpha-beta "
-            "line lies above the measured spread at only {above} of {points} batch sizes: "
-            "overlap saved more than the shared cores cost; " + explained, **figures)
+            "line lies above the measured spread at only {above} of {points} batch sizes, with "
+            "α = {alpha_us:.0f} µs and β = {beta_gbps:.2f} GB/s fitted in section 0, minutes "
+            "before the sweep; " + explained, expect="On a CPU the alpha-beta line lies above "
+            "the measured spread at most of the {points} batch sizes: what it leaves out (ranks "
+            "sharing the cores) costs more than overlap saves", **figures)
     else:
         claims.check(
             "The alpha-beta line lies above the measured spread at none of the {points} batch "

@@ -6,9 +6,6 @@ from ..results import save_results
 from . import closing
 
 STEM = "09_pitfalls_in_real_training"
-# a collective that waited past the process-group timeout: gloo says one of the first two
-TIMED_OUT = ("Timed out waiting", "Application timeout caused pair closure",
-             "Watchdog caught collective operation timeout")
 
 
 def fail_run(setup, script, args=(), **kwargs):
@@ -18,15 +15,6 @@ def fail_run(setup, script, args=(), **kwargs):
 
     return coursekit.run_launcher(script, [str(a) for a in args], setup=setup, check=False,
                                   timeout_s=min(setup.timeout_s, 90), echo=False, **kwargs)
-
-
-def expect_failure(run, *texts) -> bool:
-    """True if the run failed and its output has every text of `texts` (a tuple: any one)."""
-    missing = [t for t in texts
-               if not any(alt in run.output for alt in (t if isinstance(t, tuple) else (t,)))]
-    print(run.failure() or f"{run.name} did not fail")
-    print("every expected text found" if not missing else f"MISSING: {missing}")
-    return not run.ok and not missing
 
 
 def where_waited(run) -> None:
