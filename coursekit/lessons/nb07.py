@@ -124,7 +124,8 @@ def close(setup, claims) -> None:
 
 def what_carried(race: dict) -> None:
     """The race in a paragraph, from its rounds: the step from the naive version to the
-    overlapped one changes only when the all-reduces start (the same calls); the step from the
+    overlapped one keeps the calls and changes how they start (asynchronous, from hooks during
+    backward: two changes the race does not separate); the step from the
     overlapped one to the fastest bucketed one changes only how many calls there are (both
     overlap). Which of the two gained more is said only where the rounds' spread says it."""
     from IPython.display import Markdown, display
@@ -133,13 +134,15 @@ def what_carried(race: dict) -> None:
     overlap = [n / o for n, o in zip(rounds["naive"], rounds["overlapped"], strict=True)]
     fewer = [o / b for o, b in zip(rounds["overlapped"], rounds[best], strict=True)]
     gained = spread(overlap, fewer)  # per round: fewer calls' gain over overlap's
-    said = ("fewer calls carried more of the speed-up than overlap" if gained["ratio_low"] > 1
-            else "overlap carried more of the speed-up than fewer calls"
+    said = ("fewer calls carried more of the speed-up than the hook-started ones"
+            if gained["ratio_low"] > 1 else
+            "the hook-started calls carried more of the speed-up than fewer calls"
             if gained["ratio_high"] < 1 else
             "neither step gained measurably more than the other")  # fmt: skip
     display(Markdown(
         f"**What the race says, on this machine.** Starting the same {calls['overlapped']} "
-        f"all-reduces during backward (naive to overlapped) made the step "
+        f"all-reduces asynchronously from hooks during backward (naive to overlapped: both "
+        f"changes at once) made the step "
         f"{median(overlap):.2f}x faster (per round {min(overlap):.2f}x to {max(overlap):.2f}x); "
         f"making {calls[best]} calls of them instead, both overlapped (overlapped to {best}), "
         f"{median(fewer):.2f}x ({min(fewer):.2f}x to {max(fewer):.2f}x). Here {said}."))
