@@ -8,8 +8,10 @@
 1. Every notebook at SMOKE sizes on this machine's tier, in parallel lanes: each notebook in a
    verify process of its own, with its own folder (build/gpu-check/notebooks/<notebook>/,
    emptied before it runs, so a notebook that dies or is cut off shows as such, never with an
-   earlier run's row). The whole check keeps to ``--budget`` seconds (480): a notebook gets
-   what is left of it, and one that cannot start in time is reported "not run".
+   earlier run's row). Without ``--budget`` every notebook runs, the longest first. With one
+   (a rented machine's hour), 00 runs first and is never cut, then the notebooks whose GPU
+   tier teaches most (TEACHES_MOST_ON_A_GPU); one the budget leaves no time for is reported
+   "cut", with why, apart from the failures.
 2. Per notebook: its tier and device (its results file), every run it launched (the launcher,
    ranks, device, backend: the run's own metrics.json, or the launchers' rule where it wrote
    none) and what ran on the GPU: the launches on cuda, and, where NVML answers, every process
@@ -58,8 +60,14 @@ sys.path.insert(0, str(ROOT))
 
 BUILD = ROOT / "build" / "gpu-check"
 SCRATCH = ROOT / "build" / "gpu-scratch"
-BUDGET_S = 480  # the whole check, on one GPU machine: 8 minutes
 MARGIN_S = 20  # for the summary, and for the lanes' kernels to stop
+MIN_BUDGET_S = 120  # notebook 00 (about 40 s at SMOKE), the probes beside it, the margin
+# with a budget, the order the notebooks start in: 00 (is this machine's GPU tier working at
+# all?), then those whose lesson changes most on GPUs (the first DDP run on NCCL, DP against
+# DDP per GPU, AMP and compile, DP's device 0, the training loop, sharding, pipelines) before
+# those that read the same on a CPU
+TEACHES_MOST_ON_A_GPU = ("00", "03", "06", "05", "01", "04", "11", "12", "07", "02", "09", "10",
+                         "08")  # fmt: skip
 # SMOKE seconds per notebook (torch 2.11, CPU tier, one lane on a loaded 2-core host): the lanes
 # take the longest first, so that the last notebook to start is a short one; a summary.json of
 # an earlier run in the build folder gives its own seconds instead
@@ -450,15 +458,16 @@ def run_notebooks(notebooks: list[Path], lanes: int, device: str, build: Path,
             folder = build / "notebooks" / nb.stem
             shutil.rmtree(folder, ignore_errors=True)  # never an earlier run's rows (N3)
             folder.mkdir(parents=True)
+            never_cut = nb.name[:2] == "00"
             left = deadline - time.monotonic()
-            if left < 30:
-                row = notebook_row(nb.stem, folder, "not run", 0.0,
-                                   "the check's budget was spent before it could start",
-                                   n_gpus, [])  # fmt: skip
+            if left < 30 and not never_cut:
+                row = notebook_row(nb.stem, folder, "cut", 0.0,
+                                   f"the budget was spent before it could start ({left:.0f} s "
+                                   "left): rerun it with --only", n_gpus, [])  # fmt: skip
                 with lock:
                     rows.append(row)
                 continue
-            limit = min(timeout, left)
+            limit = timeout if never_cut else min(timeout, left)
             start = time.monotonic()
             with open(folder / "verify.log", "w") as log:
                 proc = subprocess.Popen(command(nb, folder, int(limit)), cwd=ROOT, stdout=log,
@@ -477,6 +486,10 @@ def run_notebooks(notebooks: list[Path], lanes: int, device: str, build: Path,
                 error = f"no result (exit {proc.returncode}): {tail[-1][:200] if tail else ''}"
             row = notebook_row(nb.stem, folder, status, seconds, error, n_gpus,
                                watch.of(nb.stem))  # fmt: skip
+            if row["status"] != "passed" and limit < timeout and seconds >= limit - 1:
+                row["status"] = "cut"  # the budget, not the notebook, stopped it
+                row["error"] = (f"the budget ran out while it ran (stopped at {limit:.0f} s): "
+                                f"rerun it with --only; {row['error']}")
             with lock:
                 rows.append(row)
 
@@ -540,14 +553,22 @@ def run_probes(setup, compile_backend: str) -> dict:
     return probes
 
 
-def longest_first(notebooks: list[Path], build: Path) -> list[Path]:
-    """The notebooks by their expected seconds, longest first (the earlier run's, if any)."""
+def start_order(notebooks: list[Path], build: Path, budget: float | None) -> list[Path]:
+    """With a budget, 00 first, then what teaches most on a GPU; without, the longest first
+    (by expected seconds: the earlier run's, if any), so the lanes end together."""
+    if budget is not None:
+        rank = {n: i for i, n in enumerate(TEACHES_MOST_ON_A_GPU)}
+        return sorted(notebooks, key=lambda nb: rank.get(nb.name[:2], len(rank)))
     expected = {k: float(v) for k, v in SMOKE_SECONDS.items()}
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         earlier = json.loads((build / "summary.json").read_text())["notebooks"]
         expected |= {r["notebook"][:2]: float(r["seconds"]) for r in earlier
                      if r["status"] == "passed"}  # fmt: skip
     return sorted(notebooks, key=lambda nb: -expected.get(nb.name[:2], 60.0))
+
+
+def budget_words(budget: float | None) -> str:
+    return "no budget" if budget is None else f"budget {budget:.0f} s"
 
 
 def clear(build: Path) -> None:
@@ -587,8 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lanes", type=int, help="notebooks at once (default: a lane per 4 "
                         "cores, at most 4)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=420, help="seconds per notebook")
-    parser.add_argument("--budget", type=float, default=BUDGET_S,
-                        help="seconds for the whole check (480): no notebook starts after it")
+    parser.add_argument("--budget", type=float,
+                        help="seconds for the whole check (default: none, every notebook runs);"
+                        " 00 first and never cut, then what teaches most on a GPU")
     parser.add_argument("--build", type=Path, default=BUILD)
     parser.add_argument("--compile-backend", default="inductor",
                         help="for the --compile probe (the tests use eager: seconds, not minutes)")
@@ -597,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, default=SCRATCH)
     parser.add_argument("--installed", type=Path, help=argparse.SUPPRESS)  # set by --offline
     args = parser.parse_args(argv)
+    if args.budget is not None and args.budget < MIN_BUDGET_S:
+        parser.error(f"--budget (BUDGET=) {args.budget:g} s leaves no time for notebook 00 and "
+                     f"the probes: give at least {MIN_BUDGET_S} s, or none to run every notebook")
     if args.offline:
         return offline(args, argv)
     if args.installed:
@@ -613,11 +638,12 @@ def main(argv: list[str] | None = None) -> int:
     from coursekit.verify import select
 
     start = time.monotonic()
-    deadline = start + args.budget - MARGIN_S
+    deadline = start + (math.inf if args.budget is None else args.budget - MARGIN_S)
     args.build.mkdir(parents=True, exist_ok=True)
-    notebooks = longest_first(select(ROOT / "notebooks", args.only), args.build)
+    notebooks = start_order(select(ROOT / "notebooks", args.only), args.build, args.budget)
     clear(args.build)
-    setup = coursekit.configure(DEVICE=args.device, TIMEOUT_S=min(args.timeout, args.budget),
+    setup = coursekit.configure(DEVICE=args.device, TIMEOUT_S=min(args.timeout, args.budget
+                                                                  or args.timeout),
                                 SMOKE=True, RESULTS_DIR=args.build / "probes" / "results",
                                 quiet=True)  # fmt: skip
     found, pinned = importlib.metadata.version("torch"), pinned_torch()
@@ -625,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     lanes = args.lanes or max(1, min(4, (os.cpu_count() or 1) // 4, len(notebooks)))
     print(f"torch {found} (the course pins {pinned}); tier {setup.tier} "
           f"({', '.join(setup.gpu_names) or 'no GPU'}); {len(notebooks)} notebook(s) in "
-          f"{lanes} lane(s), budget {args.budget:.0f} s", flush=True)  # fmt: skip
+          f"{lanes} lane(s), {budget_words(args.budget)}", flush=True)  # fmt: skip
 
     watch = GpuWatch().start() if setup.device == "cuda" else GpuWatch(sample=lambda: [])
     rows, workers = run_notebooks(notebooks, lanes, setup.device, args.build, args.timeout,
@@ -649,13 +675,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         nccl = "not possible: no GPU"
     image = image_cuda_check(torch.version.cuda, matches)
-    failures = [r["notebook"] for r in rows if r["status"] != "passed"]
+    cut = [r["notebook"] for r in rows if r["status"] == "cut"]
+    failures = [r["notebook"] for r in rows if r["status"] not in ("passed", "cut")]
     failures += [f"probe {n}" for n, r in probes.items() if r["status"] != "passed"]
     seconds = time.monotonic() - start
     summary = {
         "torch": found, "torch_pinned": pinned, "torch_matches_pin": matches,
         "cuda": torch.version.cuda, "gpus": setup.gpu_names, "tier": setup.tier,
-        "device": setup.device, "lanes": lanes, "budget_s": args.budget,
+        "device": setup.device, "lanes": lanes, "budget_s": args.budget, "cut": cut,
         "seconds": round(seconds, 1), "offline": str(args.installed or ""),
         "nccl_between_processes": nccl, "notebooks": rows, "probes": probes,
         "probe_processes": watch.of("this check"),
@@ -674,8 +701,12 @@ def main(argv: list[str] | None = None) -> int:
         print(watch.error)
     print(f"image CUDA tag {image['dockerfile_cuda']} vs torch CUDA {image['torch_cuda']}: "
           f"{image['status']} {image.get('why', '')}")
-    print(f"\n{seconds:.0f} s (budget {args.budget:.0f} s); summary: {path}")
-    print("all passed" if not failures else "FAILED: " + ", ".join(failures))
+    print(f"\n{seconds:.0f} s ({budget_words(args.budget)}); summary: {path}")
+    if cut:
+        print(f"cut by the budget, not failed: {', '.join(cut)} (rerun with --only "
+              f"{' '.join(n[:2] for n in cut)}, or with no --budget)")
+    print(("all that ran passed" if cut else "all passed") if not failures
+          else "FAILED: " + ", ".join(failures))
     return 0 if not failures else 1
 
 

@@ -190,7 +190,13 @@ def test_a_notebook_that_leaves_no_result_is_never_given_an_earlier_runs_row(tmp
                                             0, watch, command=dies)  # fmt: skip
     for w in workers:
         w.join()
-    assert rows[0]["status"] == "not run" and "budget" in rows[0]["error"]
+    assert rows[0]["error"] == "no result (exit 3): boom"  # 00 ran with the budget spent
+    eight = ROOT / "notebooks" / "08_pitfalls_and_debugging.ipynb"
+    rows, workers = gpu_check.run_notebooks([eight], 1, "cpu", tmp_path, 60,
+                                            time.monotonic() + 5, 0, watch, command=dies)
+    for w in workers:
+        w.join()
+    assert rows[0]["status"] == "cut" and "budget" in rows[0]["error"]
 
 
 def test_the_gpu_record_names_each_process_and_the_notebook_it_belongs_to():
@@ -266,10 +272,20 @@ def test_a_failed_notebook_row_names_its_launch_s_first_exception(tmp_path):
     assert gpu_check.diagnose(error, torch_matches=False).startswith("maybe the torch version")
 
 
-def test_the_lanes_take_the_longest_notebooks_first(tmp_path):
+def test_the_lanes_take_the_longest_notebooks_first_unless_a_budget_orders_them(tmp_path):
     notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    order = [nb.name[:2] for nb in gpu_check.longest_first(notebooks, tmp_path)]
+    order = [nb.name[:2] for nb in gpu_check.start_order(notebooks, tmp_path, None)]
     assert order[0] == "05" and sorted(order) == [nb.name[:2] for nb in notebooks]
     (tmp_path / "summary.json").write_text(json.dumps({"notebooks": [
         {"notebook": "00_environment_check", "status": "passed", "seconds": 9999}]}))
-    assert gpu_check.longest_first(notebooks, tmp_path)[0].name.startswith("00")
+    assert gpu_check.start_order(notebooks, tmp_path, None)[0].name.startswith("00")
+    by_teaching = [nb.name[:2] for nb in gpu_check.start_order(notebooks, tmp_path, 600)]
+    assert by_teaching[0] == "00" and sorted(by_teaching) == sorted(order)
+    assert sorted(gpu_check.TEACHES_MOST_ON_A_GPU) == sorted(order)  # none left to chance
+
+
+def test_a_budget_too_small_for_notebook_00_is_refused_before_anything_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--budget", "60",
+                           "--build", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--budget (BUDGET=) 60 s" in proc.stderr
+    assert "at least 120 s" in proc.stderr and not (tmp_path / "notebooks").exists()
