@@ -17,8 +17,16 @@ from __future__ import annotations
 
 from .. import progress
 
+TROUBLESHOOTING = ("An error message of your own? [docs/troubleshooting.md]"
+                   "(../docs/troubleshooting.md) has the ones learners meet most, with their "
+                   "cause, their fix and the lesson that teaches it.")  # fmt: skip
+
 
 def closing(setup, claims, stem: str) -> None:
-    """The end of a lesson: its claims counted by outcome, then the learner's tasks."""
+    """The end of a lesson: its claims counted by outcome, the learner's tasks, and where the
+    common error messages are explained."""
+    from IPython.display import Markdown, display
+
     claims.show()
     progress.show(setup, stem)
+    display(Markdown(TROUBLESHOOTING))
