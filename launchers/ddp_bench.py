@@ -79,7 +79,8 @@ def part_buckets(args, device, rank, world, cpu):
     seconds = timed_rounds({k: (t.step, set(range(world))) for k, t in variants.items()},
                            steps, args.rounds, device, rank, cpu)
     return {"tensors": len(list(base.parameters())), "steps": steps, "seconds": seconds,
-            "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),
+            "grad_bytes": 4 * sum(p.numel() for p in base.parameters()),  # each, backward's order:
+            "tensor_bytes": [4 * p.numel() for p in reversed(list(base.parameters()))],
             "bucket_bytes": {k: buckets_made(m) for k, (m, _) in models.items() if k[:3] == "DDP"}}
 
 

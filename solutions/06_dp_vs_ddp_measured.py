@@ -1,9 +1,7 @@
-"""Reference answers for notebook 06's predictions (used only when COURSE_SOLUTIONS is set).
+"""Reference answers for notebook 06's tasks (used only when COURSE_SOLUTIONS is set).
 
-Both are predictions about timings: the run judges them, and on a busy or unusual machine it
-can judge a reference prediction NOT YET; the notebook says what it measured instead."""
-
-import math
+The first is a prediction about timings: the run judges it, and on a busy or unusual machine
+it can judge the reference NOT YET; the notebook says what it measured instead."""
 
 # What the lesson expects: DDP's ranks run Python in interpreters of their own (DP's threads
 # share one GIL), and on the matmul model each rank computes its own share of the batch.
@@ -13,16 +11,16 @@ fastest = {"matmul": "DDP", "python": "DDP"}
 fastest_on_cpu = {"matmul": "one process", "python": "DDP"}
 
 
-def bucket_cap_mb(alpha, beta, backward_s, grad_bytes, caps=(0.25, 1, 4, 25)):
-    """The cap whose all-reduces outlast backward least, by the alpha-beta model: n buckets
-    of grad_bytes / n bytes, bucket k full at k/n of the backward's backward_s, its
-    all-reduce (alpha + bytes / beta seconds) after the one before it."""
-
-    def left_after_backward(cap):
-        n = math.ceil(grad_bytes / (cap * 2**20))
-        done = 0.0
-        for k in range(1, n + 1):
-            done = max(done, backward_s * k / n) + alpha + grad_bytes / n / beta
-        return done - backward_s
-
-    return min(caps, key=left_after_backward)
+def bucket_count(tensor_bytes, bucket_cap_mb=None):
+    """How many buckets DDP makes of gradients of these sizes (bytes, in the order backward
+    produces them): whole tensors, a bucket closed once it holds at least its cap."""
+    if bucket_cap_mb is None:  # the default: a small first bucket, then 25 MiB ones
+        first, cap = 2**20, 25 * 2**20
+    else:  # an explicit cap, in MiB, for every bucket, the first one's included
+        first = cap = int(bucket_cap_mb * 2**20)
+    buckets, size, limit = 0, 0, first
+    for nbytes in tensor_bytes:
+        size += nbytes
+        if size >= limit:
+            buckets, size, limit = buckets + 1, 0, cap
+    return buckets + (size > 0)  # the last bucket, part full

@@ -71,14 +71,77 @@ def claim_ddp_vs_dp(claims, *, secs: dict, speedup: dict, bench: dict, n: int, d
     return ddp_vs_dp
 
 
-def claim_memory(claims, *, dp_ratio: float, ddp_balance: float, bucket_copy: float) -> None:
-    """DP's device 0 against its last device, DDP's ranks against each other (calculator)."""
+def memory(bench: dict, n: int, width: int) -> dict:
+    """Notebook 01's calculator (launchers/common/memory.py) on section 2's MLP, with plain SGD
+    as the benchmark steps it (no optimizer state): bytes per device of one process, DP and
+    DDP, DDP's bucket copy, and a DDP rank's state alone (no activations or outputs)."""
+    from common.memory import ddp_memory, dp_memory  # launchers/: importable after configure
+
+    sc = bench["scaling"]["matmul"]
+    params, batch = sc["params"], sc["global_batch"]
+    kw = dict(activation_bytes_per_sample=sc["activation_bytes_per_sample"], output_size=10,
+              input_size=width, label_bytes_per_sample=8, optimizer="sgd")  # fmt: skip
+    ddp = ddp_memory(params, batch, n, **kw)
+    return {"one": dp_memory(params, batch, 1, **kw)[0], "dp": dp_memory(params, batch, n, **kw),
+            "ddp": ddp, "bucket_copy": ddp[0] - ddp_memory(params, batch, n, bucket_view=True,
+                                                           **kw)[0],
+            "state": ddp_memory(params, batch, n, **{**kw, "activation_bytes_per_sample": 0,
+                                                     "output_size": 0})[0],
+            "global_batch": batch}  # fmt: skip
+
+
+def plot_memory(mem: dict, measured: list | None, n: int):
+    """DP's and DDP's bytes per device by the calculator, and what DDP's ranks measured."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 2.8))
+    xs = np.arange(n)
+    ax.bar(xs - 0.27, np.array(mem["dp"]) / 2**20, 0.27, label="DataParallel (calculator)",
+           color="tab:orange")
+    ax.bar(xs, np.array(mem["ddp"]) / 2**20, 0.27, label="DDP (calculator)", color="tab:blue")
+    if measured:
+        ax.bar(xs + 0.27, np.array(measured) / 2**20, 0.27, label="DDP (measured)",
+               color="tab:cyan")
+    ax.set_xticks(xs, [f"device {k}" for k in xs])
+    ax.set(xlabel="device", ylabel="MiB",
+           title=f"Memory per device with SGD: the MLP, global batch {mem['global_batch']}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))  # outside the axes: covers no bar
+    return fig
+
+
+def claim_memory(claims, *, mem: dict, bench: dict, n: int) -> tuple[float, float]:
+    """DP's device 0 against its last device, DDP's ranks against each other (calculator), then
+    the calculator against what the run measured of a DDP rank; returns (DP's ratio, DDP's)."""
+    dp_ratio, ddp_balance = mem["dp"][0] / max(mem["dp"][-1], 1), max(mem["ddp"]) / min(mem["ddp"])
     claims.check(
-        "With AdamW DP's device 0 needs {dp_ratio:.2f}x its last device's memory (calculator); "
-        "DDP's ranks need the same ({ddp_balance:.2f}x), {bucket_mib:.1f} MiB of it the bucket "
-        "copy", "dp_ratio > 1 and ddp_balance == 1", dp_ratio=dp_ratio, ddp_balance=ddp_balance,
-        bucket_mib=bucket_copy / 2**20, otherwise="With AdamW the calculator puts DP's device 0 "
-        "at {dp_ratio:.3f}x its last device, DDP's ranks at {ddp_balance:.2f}x each other")
+        "With SGD, as the benchmark steps, DP's device 0 needs {dp_ratio:.2f}x its last device's "
+        "memory (calculator); DDP's ranks need the same ({ddp_balance:.2f}x), {bucket_mib:.1f} "
+        "MiB of it the bucket copy", "dp_ratio > 1 and ddp_balance == 1", dp_ratio=dp_ratio,
+        ddp_balance=ddp_balance, bucket_mib=mem["bucket_copy"] / 2**20, otherwise="With SGD the "
+        "calculator puts DP's device 0 at {dp_ratio:.3f}x its last device, DDP's ranks at "
+        "{ddp_balance:.2f}x each other")  # fmt: skip
+    calc, state = mem["ddp"][0], mem["state"]
+    figures = {"calc_mib": calc / 2**20, "floor_mib": state / 2**20,
+               "ceil_mib": (2 * calc - state) / 2**20, "n": n}  # fmt: skip
+    template = ("The calculator puts a DDP rank of the MLP at {calc_mib:.1f} MiB; the {n} ranks "
+                "measured {low_mib:.1f} to {high_mib:.1f} MiB, between its state alone "
+                "({floor_mib:.1f}) and its total with the activations counted twice "
+                "({ceil_mib:.1f}: backward's buffers)")  # fmt: skip
+    measured = [r["footprint_bytes"].get(f"matmul: {ddp_name(n)}") for r in bench["ranks"]]
+    if all(measured):
+        claims.check(template, "floor_mib <= low_mib and high_mib <= ceil_mib",
+                     low_mib=min(measured) / 2**20, high_mib=max(measured) / 2**20,
+                     otherwise="The calculator puts a DDP rank of the MLP at {calc_mib:.1f} MiB; "
+                     "the {n} ranks measured {low_mib:.1f} to {high_mib:.1f} MiB, outside "
+                     "{floor_mib:.1f} to {ceil_mib:.1f}", **figures)  # fmt: skip
+    else:
+        rss = ", ".join(f"{r['peak_bytes'] / 2**20:.0f}" for r in bench["ranks"])
+        claims.skip(template, expect="a DDP rank's measured bytes would lie between the "
+                    "calculator's state alone ({floor_mib:.1f} MiB) and its total with the "
+                    "activations counted twice ({ceil_mib:.1f} MiB)", why="a CPU's run measures "
+                    f"each rank's peak resident memory ({rss} MiB), which holds the interpreter, "
+                    "torch and every variant: not what DDP added", **figures)  # fmt: skip
+    return dp_ratio, ddp_balance
 
 
 def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int, ddp_rounds: list,
@@ -92,8 +155,9 @@ def claim_sweep(claims, *, sweep: list, n: int, bench: dict, batch: int, ddp_rou
     above = sum(s["pred"] > max(s["effs"]) for s in sweep)  # the line above the whole spread
     claims.compare(
         "At the compute-bound end (batch {batch} per rank) {n} ranks took {ratio:.2f}x one "
-        "process's step at the same batch per rank", less=large["one"], more=large["many"],
-        tie=TIE, n=N, what=f"compute-bound end, {N} ranks vs one process", batch=large["batch"],
+        "process's step: {speedup:.2f}x its samples per second, of {n}x at best",
+        less=large["one"], more=large["many"], tie=TIE, n=N, batch=large["batch"],
+        what=f"compute-bound end, {N} ranks vs one process", speedup=N * large["eff"],
         otherwise="At the compute-bound end (batch {batch} per rank) {n} ranks stepped faster "
         "than one process in every round ({ratio:.2f}x its step time)")  # fmt: skip
     claims.compare(
@@ -191,6 +255,73 @@ def claim_bucket_view(claims, *, step_ms: dict):
         "default's speed)")  # fmt: skip
 
 
+def timeline_rows(events: list) -> dict:
+    """Row of the profiler (thread id or CUDA stream) -> what it is: the thread that ran the
+    step, autograd's backward thread (a GPU's), gloo's worker threads, the GPU's streams."""
+    kinds = {}
+    for e in events:
+        kinds.setdefault(e["row"], set()).add(e["kind"] if not e["name"].startswith("gloo:")
+                                               else "gloo")
+    names, gloo = {}, 0
+    for row in sorted(kinds, key=lambda r: (r.startswith("cuda"), r)):
+        k = kinds[row]
+        if row.startswith("cuda"):
+            names[row] = f"GPU {row}" + (": NCCL" if "all-reduce" in k else "")
+        elif "step" in k:
+            names[row] = "main thread: the step" + (", backward" if "backward" in k else "")
+        elif "gloo" in k:
+            gloo += 1
+            names[row] = f"gloo's worker thread {gloo}"
+        else:
+            names[row] = "autograd's backward thread" if "backward" in k else row
+    return names
+
+
+def plot_timeline(events: list):
+    """One DDP step on rank 0: a row per thread (and CUDA stream), named; each bucket's
+    all-reduce drawn apart (alternate shades, numbered), the launches as black ticks."""
+    import matplotlib.pyplot as plt
+
+    t0 = min(e["start_us"] for e in events)
+    rows = timeline_rows(events)
+    order = list(rows)
+    colors = {"step": "lightgrey", "forward": "tab:green", "backward": "tab:blue",
+              "wait": "tab:brown", "optimizer": "tab:purple", "kernel": "tab:olive",
+              "all-reduce launch": "black", "all-reduce, one bucket each": "tab:red"}
+
+    def kind(e):  # the launch on the step's thread, or the work (gloo's threads, NCCL's kernels)
+        if e["kind"] != "all-reduce":
+            return e["kind"]
+        launch = e["device"] == "cpu" and e["name"].startswith(("c10d::", "nccl:"))
+        return "all-reduce launch" if launch else "all-reduce, one bucket each"
+
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(order)))
+    work = sorted((e for e in events if kind(e) == "all-reduce, one bucket each"),
+                  key=lambda e: e["start_us"])
+    for e in events:
+        k, y = kind(e), order.index(e["row"])
+        start, width = (e["start_us"] - t0) / 1e3, (e["end_us"] - e["start_us"]) / 1e3
+        if k == "all-reduce launch":  # a tick: the call returns at once
+            ax.plot([start, start], [y - 0.45, y + 0.45], color="black", lw=1)
+            continue
+        color = colors[k]
+        if k == "all-reduce, one bucket each":
+            i, mine = work.index(e), [w for w in work if w["row"] == e["row"]]
+            color = ("tab:red", "salmon")[mine.index(e) % 2]  # neighbours on a row apart
+            ax.text(start + width / 2, y + 0.42, str(i + 1), ha="center", va="bottom", fontsize=6)
+        h = 0.8 if k != "step" else 0.95
+        ax.broken_barh([(start, width)], (y - h / 2, h), color=color, edgecolor="white", lw=0.5)
+    ax.set_yticks(range(len(order)), [rows[r] for r in order])
+    ax.set(xlabel="ms since the step began", ylabel="thread or CUDA stream",
+           title="One DDP step on rank 0: what ran when (numbers: the all-reduces in order)")
+    shown = [k for k in colors if any(kind(e) == k for e in events)]  # no GPU kernels on a CPU
+    handles = [plt.Line2D([0], [0], color="black") if k == "all-reduce launch" else
+               plt.Rectangle((0, 0), 1, 1, color=colors[k]) for k in shown]
+    ax.legend(handles=handles, labels=shown, ncol=min(len(shown), 4), loc="upper center",
+              bbox_to_anchor=(0.5, -0.3))
+    return fig
+
+
 def claim_overlap(claims, *, profile: dict, device: str) -> None:
     """How much of the all-reduce time lies inside backward (the profiled steps' median). On
     GPUs most of it (NCCL's kernels run beside backward's); on a CPU, some: gloo's threads and
@@ -249,13 +380,19 @@ def slug(cap: float) -> str:
     return f"{cap:g}".replace(".", "p")
 
 
-def save(setup, claims, tasks, *, bench: dict, alpha: float, beta: float, backward_s: float,
+def backward_ms(events: list) -> float:
+    """Backward's span in the profiled DDP step (1 MiB buckets), in ms."""
+    spans = [(e["start_us"], e["end_us"]) for e in events if e["kind"] == "backward"]
+    return (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e3 if spans else 0.0
+
+
+def save(setup, claims, tasks, *, bench: dict, alpha: float, beta: float,
          speedup: dict, efficiency: dict, dp_name: str, all_threads: list, tied: dict,
          ddp_vs_dp: dict, dp_device0_ratio: float, ddp_balance: float, sweep: list, above: int,
          same: dict, apart: float, step_ms: dict, made: dict, blocking, view, best_cap: float,
-         next_cap: float, cap_buckets: dict, fast: list, right: tuple, trace, ddp_lines: list,
+         next_cap: float, cap_buckets: dict, fast: list, trace, ddp_lines: list,
          logs: list, order) -> None:  # fmt: skip
-    """The results record; ``right``: the lowest and highest cap judged right."""
+    """The results record (``fast``: the caps no measurably slower than the fastest)."""
     N, DDP_N, ALL = setup.nproc, ddp_name(setup.nproc), all_threads  # the notebook's names
     DEFAULT = "DDP default buckets"  # the notebook's name
     small, large = sweep[0], sweep[-1]
@@ -297,10 +434,9 @@ def save(setup, claims, tasks, *, bench: dict, alpha: float, beta: float, backwa
         "overlap_basis": profile["overlap_basis"],
         "peak_memory_measured": bench["ranks"][0]["peak_what"],
         "trace_saved": trace.exists(), "ddp_lines": len(ddp_lines), "ddp_log_files": len(logs),
-        "backward_ms": backward_s * 1e3, "fastest_matmul": " ≈ ".join(tied["matmul"]),
+        "backward_ms": backward_ms(profile["events"]), "fastest_matmul": " ≈ ".join(tied["matmul"]),
         "fastest_python": " ≈ ".join(tied["python"]),
         "bucket_caps_not_slower": ", ".join(f"{c:g}" for c in fast),
-        "bucket_cap_right_low": right[0], "bucket_cap_right_high": right[1],
     }  # fmt: skip
     save_results(STEM, figures, setup, claims=claims, tasks=tasks)
 

@@ -35,7 +35,8 @@ def options(argv=None):
     parser.add_argument("--sweep-batches", default="2,16,128,1024", help="batch per rank")
     parser.add_argument("--layers", type=int, default=50, help="Linear(256, 256) layers")
     parser.add_argument("--bucket-batch", type=int, default=32)
-    parser.add_argument("--bucket-caps", default="0.25,1,4,16", help="bucket_cap_mb values (MiB)")
+    parser.add_argument("--bucket-caps", required=True,  # the lesson's, from notebook 06
+                        help="bucket_cap_mb values (MiB), comma separated")
     parser.add_argument("--profile-bucket-mb", type=float, default=1)
     parser.add_argument("--profile-steps", type=int, default=3, help="profiled steps (median)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")

@@ -127,17 +127,24 @@ def all_threads_rounds(solo_name, solo, base, gbatch, width, args, world, steps,
 
 
 def saved_bytes_per_sample(model, width, device, batch=8):
-    """Bytes autograd keeps for backward, per sample (activations), counted with hooks."""
-    total = []
+    """Bytes autograd keeps for backward, per sample (activations), counted with hooks: the
+    tensors saved beyond the parameters (a weight saved by a matmul is no activation), per
+    sample as the growth from `batch` to 2 x `batch` samples (the input counted too)."""
+    params = {p.data_ptr() for p in model.parameters()}
 
-    def pack(t):
-        total.append(t.numel() * t.element_size())
-        return t
+    def saved(n):
+        total = []
 
-    x = torch.randn(batch, width, device=device)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(x)
-    return sum(total) / batch  # (an upper bound: the input and weights are counted too)
+        def pack(t):
+            if t.data_ptr() not in params:
+                total.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(torch.randn(n, width, device=device))
+        return sum(total)
+
+    return (saved(2 * batch) - saved(batch)) / batch
 
 
 def model_facts(model, width, device):
