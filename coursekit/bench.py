@@ -31,8 +31,9 @@ KEYS = ("tier", "world_size", "backend", "load_average_before", "ddp_over_dp_pyt
         "sweep_comm_bound_efficiency", "prediction_points_above", "ddp_vs_blocking_ratio",
         "bucket_cap_best_mb", "bucket_view_speedup", "overlap_fraction", "overlap_basis",
         "peak_memory_measured",  # what overlap and memory were measured from on this tier
-        # what the learner's predictions are judged by: the variants and caps no measurably
-        # slower than the fastest over the rounds (machines differ here most)
+        # the variants (the fastest prediction is judged by them) and bucket caps no measurably
+        # slower than the fastest over the rounds, and the profiled DDP step's backward span
+        # (machines differ here most)
         "fastest_matmul", "fastest_python", "bucket_caps_not_slower", "backward_ms")
 # What the lesson expects of an idle machine (the notebook's own figures; the tests bound no
 # timing, a busy machine can miss these): (condition on the figures, what it says). The figures
