@@ -70,7 +70,37 @@ def test_the_reference_predictions():
     spec.loader.exec_module(answers)
     # 3 ranks hold 10r + [0..5]: the sums 30, 33, ..., 45, two to each rank
     assert answers.reduce_scatter(3) == [[30, 33], [36, 39], [42, 45]]
-    assert answers.bucket_ms(1e-4, 1e9, 4_000_000) == pytest.approx(4.1)
+    assert answers.crossover_bytes(1e-4, 1e9) == pytest.approx(1e5)
+
+
+def test_the_crossover_prediction_names_each_planted_mistake(capsys):
+    """The crossover task as the notebook judges it (its own cell, on made-up times of a 300 µs
+    call and 1 GB/s): the reference is right; each planted mistake is NOT YET with the mistake
+    it names; a guess far from any named one says what decides the answer."""
+    sizes = np.array([4.0 * 2**k for k in range(22)])
+    seconds = 300e-6 + sizes / 1e9
+    alpha, beta, grad_bytes = 280e-6, 1.05e9, 8_437_800  # an intercept below the smallest call
+    n_sweep, low, high = nb02.crossover(sizes, seconds, alpha, beta)  # the line's: alpha * beta
+    assert n_sweep == pytest.approx(3e5, rel=0.03) and alpha * beta < n_sweep
+    assert (low, high) == pytest.approx((0.98 * alpha * beta, 1.02 * n_sweep))
+    planted_guesses = {  # the learner's answer -> words of the mistake it is named with
+        alpha / beta: "alpha / beta is seconds per (bytes/s)", beta / alpha: "beta / alpha",
+        alpha * 1e6 * beta: "not µs", alpha * 1e3 * beta: "not ms",
+        alpha * beta / 1e9: "not GB/s", grad_bytes: "the gradients' size",
+    }
+    cell = cell_with('tasks.predict("crossover_bytes"')
+    for guess, words in [*planted_guesses.items(), (1e3, "n/beta equals alpha"),
+                         (lambda a, b: a * b, None), (2.93e5, None)]:  # as printed: 2.8e-4 s,...
+        tasks = coursekit.Tasks()
+        exec(cell, {"coursekit": coursekit, "lesson": nb02, "tasks": tasks, "sizes": sizes,
+                    "seconds": seconds, "alpha": alpha, "beta": beta, "grad_bytes": grad_bytes,
+                    "my_crossover_bytes": guess})  # fmt: skip
+        shown = capsys.readouterr().out
+        outcome = tasks.records[0]["outcome"]
+        if words is None:
+            assert outcome == "solved", shown
+        else:
+            assert outcome == "not yet" and words in shown, (guess, shown)
 
 
 @pytest.mark.slow
@@ -88,9 +118,9 @@ def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     assert results["collectives_as_expected"] is True
     # the ring: every world size 1..4 and every size, against dist.all_reduce (float64)
     assert results["exercise_passed"] is True and results["ring_ranks"] == 4
-    # the tasks: the live reduce-scatter, the ring, the bucket's time from alpha and beta
+    # the tasks: the live reduce-scatter, the ring, the size n* = alpha * beta
     assert [(t["name"], t["outcome"]) for t in results["tasks"]] == [
-        ("reduce_scatter", "solved"), ("ring_all_reduce", "solved"), ("bucket_ms", "solved")]
+        ("reduce_scatter", "solved"), ("ring_all_reduce", "solved"), ("crossover_bytes", "solved")]
     # the benchmark: a few bytes to megabytes; nccl-tests' definition of busbw
     assert results["bench_min_bytes"] <= 8 and results["bench_max_bytes"] >= 2**22
     factor = 2 * (nproc - 1) / nproc
@@ -131,6 +161,8 @@ def test_notebook_with_the_reference_ring(nproc, tmp_path, monkeypatch):
     else:
         fit = claim_with(results, "err < 0.3 and alpha_us > 0")
         assert fit["figures"]["err"] == pytest.approx(results["fit_rms_rel_error"])
+        # its α is named the line's intercept, beside the smallest message's measured time
+        assert fit["figures"]["small_us"] == pytest.approx(results["smallest_call_us"])
     race = comparison_starting(results, "your ring's gap to the library")
     assert race["figures"]["at_large"] == pytest.approx(results["ring_vs_library_ratio"])
     small = comparison_starting(results, f"at {results['bench_min_bytes']} bytes your ring")
@@ -181,7 +213,7 @@ def test_the_fit_is_a_flat_line_where_the_time_does_not_grow():
     claims = coursekit.Claims()
     exec(cell_with("lesson.claim_fit("), {"lesson": nb02, "claims": claims, "sizes": sizes,
                                            "near": sizes > 0, "alpha": alpha, "beta": beta,
-                                           "fit_error": err})  # fmt: skip
+                                           "fit_error": err, "seconds": flat})  # fmt: skip
     (skipped,) = claims
     assert skipped.outcome == "skipped" and "did not grow with the size" in skipped.why_skipped
     assert alpha + 2**20 / beta == alpha  # section 5's one-bucket prediction: alpha alone

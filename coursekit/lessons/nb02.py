@@ -170,20 +170,26 @@ def plot_fit(bench: dict, near, fit_all: tuple, fit: tuple, grad_bytes: int) -> 
     plt.show()
 
 
-def claim_fit(claims, *, sizes, alpha: float, beta: float, fit_error: float) -> tuple[int, int]:
+def claim_fit(claims, *, sizes, alpha: float, beta: float, fit_error: float,
+              smallest: tuple) -> tuple[int, int]:  # fmt: skip
     """Whether the line fitted on ``sizes`` (the sizes near the gradients) fits their times;
-    skipped where nothing grew with the size (beta inf). (lo, hi): the range it covers."""
+    skipped where nothing grew with the size (beta inf). ``smallest``: the sweep's smallest
+    message (bytes, seconds), whose time is the per-call latency; the line's alpha is its
+    intercept. (lo, hi): the range it covers."""
     lo, hi = int(sizes[0]), int(sizes[-1])
     fit_claim = ("the line t = α + n/β (α = {alpha_us:.0f} µs, β = {beta:.2f} GB/s) fits the "
-                 "times from {lo:,} to {hi:,} bytes with an rms error of {err:.0%}")
+                 "times from {lo:,} to {hi:,} bytes with an rms error of {err:.0%}; its α is "
+                 "the line's intercept, not the per-call latency: the {small}-byte call took "
+                 "{small_us:.0f} µs")
+    small = dict(small=int(smallest[0]), small_us=smallest[1] * 1e6)
     if not np.isfinite(beta):  # the fit does not apply: nothing grew with the size
-        claims.skip(fit_claim, lo=lo, hi=hi,
+        claims.skip(fit_claim, lo=lo, hi=hi, **small,
                     expect="the line t = α + n/β would be fitted to the times from {lo:,} to "
                            "{hi:,} bytes",
                     why=f"from {lo:,} to {hi:,} bytes the time did not grow with the size: "
                         f"α = {alpha * 1e6:.0f} µs alone, no β")  # fmt: skip
     else:
-        claims.check(fit_claim, "err < 0.3 and alpha_us > 0",
+        claims.check(fit_claim, "err < 0.3 and alpha_us > 0", **small,
                      alpha_us=alpha * 1e6, beta=beta / 1e9, lo=lo, hi=hi, err=fit_error,
                      otherwise="the best line over {lo:,} to {hi:,} bytes (α = {alpha_us:.0f} µs, "
                                "β = {beta:.2f} GB/s) misses by {err:.0%} rms or has no positive "
@@ -254,18 +260,63 @@ def claim_bucket(claims, *, bench: dict, lo: int, hi: int, predicted_bucket: flo
             "(load {load})")
 
 
+def crossover(sizes, seconds, alpha: float, beta: float) -> tuple[float, float, float]:
+    """The size n* (bytes) where a call spends as long on its bytes as on its fixed cost, as
+    the task judges it: (the sweep's n*, low, high). The sweep's: where the time first reached
+    twice the smallest message's, on log scales between the two sizes around it (inf where it
+    never did); the line's: n/beta = alpha, alpha * beta (inf where beta is). low to high:
+    both, 2 % wider for a guess typed from alpha and beta as the notebook prints them."""
+    n_line, twice = alpha * beta, np.nonzero(seconds >= 2 * seconds[0])[0]
+    n_sweep = np.inf
+    if len(twice):
+        i = twice[0]  # i >= 1: seconds[0] < 2 * seconds[0]
+        (n0, n1), (t0, t1) = np.log(sizes[i - 1 : i + 1]), np.log(seconds[i - 1 : i + 1])
+        n_sweep = np.exp(n0 + (np.log(2 * seconds[0]) - t0) * (n1 - n0) / (t1 - t0))
+    return float(n_sweep), 0.98 * min(n_line, n_sweep), 1.02 * max(n_line, n_sweep)
+
+
+# crossover_bytes: answers a learner could reach by a plausible mistake, and what it is
+CROSSOVER_MISTAKES = (
+    (lambda a, b, g: a / b, "alpha / beta is seconds per (bytes/s), not bytes: n/beta = alpha"),
+    (lambda a, b, g: b / a, "beta / alpha is bytes per second squared, not bytes"),
+    (lambda a, b, g: a * 1e6 * b, "alpha is printed in seconds, not µs"),
+    (lambda a, b, g: a * b / 1e9, "beta is printed in bytes/s, not GB/s"),
+    (lambda a, b, g: a * 1e3 * b, "alpha is printed in seconds, not ms"),
+    (lambda a, b, g: g, "that is the gradients' size: n* depends on alpha and beta alone"),
+)
+
+
+def crossover_why(guess, alpha: float, beta: float, grad_bytes: int) -> str:
+    """Why a crossover_bytes guess (a number, or the answer's function of alpha and beta) is
+    off: the plausible mistake it matches (within 2 %), else what decides the answer."""
+    guess = guess(alpha, beta) if callable(guess) else guess
+    if isinstance(guess, int | float) and not isinstance(guess, bool):
+        for mistake, name in CROSSOVER_MISTAKES:
+            value = mistake(alpha, beta, grad_bytes)
+            if np.isfinite(value) and abs(guess - value) <= 0.02 * abs(value):
+                return name
+    return ("a call costs alpha + n/beta: n* is where n/beta equals alpha; the sweep's n* is "
+            "where its time reached twice the smallest message's")
+
+
 def plot_bucket(bench: dict, *, predicted: tuple, measured: tuple) -> None:
     """The gradients' all-reduce, predicted and measured (seconds): one bucket, one call per
-    tensor."""
+    tensor; the measured bars are medians, with the rounds' quartiles (thick) and range (thin)."""
     grad_bytes = sum(bench["grad"]["tensor_bytes"])
+    rounds = [np.array(bench["grad"][key]) * 1e3 for key in ("bucket_rounds", "per_tensor_rounds")]
     fig, ax = plt.subplots(figsize=(6, 3))
     x = np.arange(2)
     ax.bar(x - 0.2, [t * 1e3 for t in predicted], 0.4, label="predicted (line; sweep)")
     ax.bar(x + 0.2, [t * 1e3 for t in measured], 0.4, label="measured (median)")
+    for q, lw, label in (((0, 100), 1, "range of the rounds"), ((25, 75), 4, "quartiles")):
+        low, high = (np.array([np.percentile(r, q[i]) for r in rounds]) for i in (0, 1))
+        mid = np.array(measured) * 1e3
+        ax.errorbar(x + 0.2, mid, yerr=[mid - low, high - mid], fmt="none", ecolor="k",
+                    elinewidth=lw, capsize=4 if lw == 1 else 0, label=label)
     ax.set_xticks(x, ["one bucket", "one call per tensor"])
     ax.set(xlabel="how the gradients are sent", ylabel="ms per gradient all-reduce",
            title=f"{grad_bytes / 2**20:.1f} MiB of gradients, {bench['world_size']} ranks, "
-                 f"{bench['backend']}")
+                 f"{bench['backend']}, {len(rounds[0])} rounds")
     ax.legend(fontsize=8)
     plt.show()
 

@@ -7,6 +7,6 @@ def reduce_scatter(p):
     return [total[:2] for _ in range(p)]
 
 
-def bucket_ms(alpha, beta, nbytes):
-    """Multiplies by the bandwidth instead of dividing by it."""
-    return (alpha + nbytes * beta) * 1e3
+def crossover_bytes(alpha, beta):
+    """Divides the fixed cost by the bandwidth instead of multiplying: not bytes."""
+    return alpha / beta
