@@ -50,7 +50,7 @@ def test_a_cell_runs_on_every_rank_or_on_those_named(pool):
     outcomes = pool.run(code)
     assert [(o.rank, o.value, o.stdout.strip(), o.error) for o in outcomes] == [
         (r, "6.0", f"rank {r}", None) for r in range(3)]  # 2 x (0 + 1 + 2) on every rank
-    scatter = ("out = torch.zeros(2); dist.reduce_scatter_tensor(out, torch.arange(6.0))\n"
+    scatter = ("out = torch.zeros(2); dist.reduce_scatter_single(out, torch.arange(6.0))\n"
                "out.tolist()")
     assert [o.value for o in pool.run(scatter)] == ["[0.0, 3.0]", "[6.0, 9.0]", "[12.0, 15.0]"]
     assert [o.rank for o in pool.run("y = 7 * rank", ranks=[0, 2])] == [0, 2]
