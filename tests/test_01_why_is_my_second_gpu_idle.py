@@ -72,6 +72,14 @@ def test_timings_are_claims_not_bounds(reference_run):
     # a busy machine is named as a cause only with its figure: the other processes' CPU, measured
     for figures in (serial["figures"], gil):
         assert figures["others"] >= 0 and figures["cores"] >= 1
+    # more virtual devices than cores: the step's time past the cores is a claim, with the cores
+    # counted by the run (where every virtual device had a core, a skip that says so)
+    step = [c for c in r["claims"] if c["text"].startswith("the step took")
+            or (c["outcome"] == "skipped" and "no thread waited for a core" in c["why_skipped"])]
+    assert len(step) == 1
+    if kmax > serial["figures"]["cores"]:
+        assert step[0]["condition"] == "last_ms > fit_ms"
+        assert step[0]["figures"]["cores"] == serial["figures"]["cores"]
     for name in ("gil_threads_matmul", "gil_processes_matmul", "gil_threads_tiny",
                  "gil_processes_tiny"):
         assert r[name] > 0
@@ -103,7 +111,7 @@ def test_nothing_is_called_a_gpu_measurement_without_a_gpu(reference_run):
 def test_the_tasks_accept_the_references(reference_run):
     r = reference_run
     assert [(t["name"], t["kind"], t["outcome"]) for t in r["tasks"]] == [
-        ("memory_trend", "predict", "solved"), ("largest_dp_batch", "write", "solved")]
+        ("memory_trend", "predict", "solved"), ("largest_batches", "write", "solved")]
     # the prediction's facts: device 0's peak is the same at every K > 1, device 1's shrinks
     assert r["memory_trend"] == "stays shrinks"
     multi = [k for k in ks(r) if k > 1]
@@ -114,33 +122,35 @@ def test_the_tasks_reject_wrong_answers_with_three_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG_SOLUTIONS))
     r = execute_notebook("01", tmp_path, attendee_loop=True, NPROC=3)
     assert [(t["name"], t["outcome"]) for t in r["tasks"]] == [
-        ("memory_trend", "not yet"), ("largest_dp_batch", "not yet")]
+        ("memory_trend", "not yet"), ("largest_batches", "not yet")]
     assert r["ddp_world_size"] == 3 and r["ddp_tensor_balance_max_over_min"] < 1.05
 
 
 # the batch task's check, on every planted mistake (no notebook run: the check is a function)
 MISTAKES = {
-    "split_evenly_like_ddp": "an equal share, as with DDP",
-    "average_device": "the average device",
-    "last_device": "the least loaded device",
-    "first_that_does_not_fit": "the first batch that does not fit",
-    "per_device_batch": "the largest batch per device",
-    "not_a_whole_number": "a whole number",
+    "dp_as_a_replica": "DP's batch is the largest batch for a replica's device",
+    "dp_split_evenly_like_ddp": "an equal share, as DDP's ranks do",
+    "forgot_gathered_outputs": "without the gathered outputs",
+    "forgot_optimizer_state": "DP's batch is without the optimizer state",
+    "forgot_ddp_buckets": "without DDP's gradient buckets",
+    "ddp_batch_per_rank": "DDP's batch is the batch per rank",
+    "first_that_does_not_fit": "DP's batch is the first batch that does not fit",
+    "gap_is_model_state": "the gap is not the 'model state'",
 }
 
 
-def test_every_planted_mistake_of_the_batch_is_named_and_the_reference_accepted(tmp_path):
+def test_every_planted_mistake_of_the_batches_is_named_and_the_reference_accepted(tmp_path):
     from task_kit import load_module, planted, task_checks
 
-    check = task_checks("01")["check_largest_dp_batch"]
+    check = task_checks("01")["check_largest_batches"]
     reference = load_module(ROOT / "solutions" / "01_why_is_my_second_gpu_idle.py")
-    ok, message = check(reference.largest_dp_batch)
-    assert ok is True and message.startswith("batch 80 fits on device 0"), message
-    assert check(lambda gpu_bytes, devices, params, **sizes: None)[0] is None  # the starter
-    files = planted("largest_dp_batch", tmp_path)
+    ok, message = check(reference.largest_batches)
+    assert ok is True and "DP trains a global batch of 80, DDP 208" in message, message
+    assert check(lambda **sizes: None)[0] is None  # the starter
+    files = planted("largest_batches", tmp_path)
     messages = []
     for stem, named in MISTAKES.items():
-        ok, message = check(load_module(files[stem]).largest_dp_batch)
+        ok, message = check(load_module(files[stem]).largest_batches)
         assert ok is False and named in message, (stem, message)
         messages.append(message)
     assert len(set(messages)) == len(messages), "two mistakes got the same message"

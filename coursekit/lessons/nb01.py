@@ -78,19 +78,21 @@ def plot_gpu_calculator(gpu: dict, predicted: list) -> None:
 
 
 def plot_dp_vs_ddp(dp_mem: list, ddp_tensors: list, ddp_predicted: list, ddp_mem: list, what: str,
-                   *, on_gpus: bool) -> None:
+                   *, on_gpus: bool, ledger) -> None:
     """DP's devices (``dp_mem``: real DP's allocator peaks on GPUs, beside DDP's; else the
-    ledger's), each DDP rank's tensor bytes by kind with the calculator's, and ``what`` the
-    memory system saw of each rank (``ddp_mem``)."""
+    ``ledger``'s, by kind), each DDP rank's tensor bytes by kind with the calculator's, and
+    ``what`` the memory system saw of each rank (``ddp_mem``)."""
     from common import dp_lab
 
+    kinds = None
     if on_gpus:  # the allocator's peaks of real DP and DDP, on the same GPUs
         side, title = {"real DataParallel": dp_mem, "DDP": ddp_mem}, "peak GPU memory allocated"
     else:
         side = {"rebuilt DP (ledger)": dp_mem}
-        title = f"rebuilt DP over {len(ddp_tensors)} virtual devices: tensor bytes"
+        kinds = [ledger.at_peak(k) for k in range(len(dp_mem))]
+        title = f"rebuilt DP, {len(ddp_tensors)} virtual devices: tensor bytes at each peak"
     dp_lab.plot_dp_vs_ddp(side, title, ddp_tensors, ddp_predicted, ddp_mem, what,
-                          same_scale=not on_gpus)
+                          same_scale=not on_gpus, dp_kinds=kinds)
 
 
 def memory_explorer() -> None:
@@ -160,8 +162,13 @@ def claim_state_vs_outputs(claims, *, K: int, state_bytes: int, peak_bytes: int,
                   "device 0: {classes} outputs per sample, all gathered there")
 
 
-def claim_serial_share(claims, *, serial_share: dict, kmax: int, load) -> None:
-    """``load``: the dp_lab.OtherLoad measured during the ledger's runs."""
+STEP_TIME = ("the step took {fit_ms:.0f} ms at K={k_fit} and {last_ms:.0f} ms at K={kmax}: past "
+             "this machine's {cores} cores, the virtual devices' threads take turns on them")
+
+
+def claim_serial_share(claims, *, serial_share: dict, kmax: int, load, timings: dict) -> None:
+    """``load``: the dp_lab.OtherLoad measured during the ledger's runs; ``timings``: seconds
+    per phase, per K. Also the step's time past the machine's cores (K threads > cores)."""
     claims.check(
         "the serial share of the step grows with K: {first:.0%} at K=1, {last:.0%} at K={kmax}",
         "last > first", first=serial_share[1], last=serial_share[kmax], kmax=kmax,
@@ -169,14 +176,32 @@ def claim_serial_share(claims, *, serial_share: dict, kmax: int, load) -> None:
         otherwise="the serial share was {first:.0%} at K=1 and {last:.0%} at K={kmax}: the "
                   "parallel phases slowed down more than replication and the reduction grew, "
                   "while other processes kept {others:.2f} of the {cores} cores busy (measured)")
+    cores = load.figures()["cores"]
+    if kmax <= cores:
+        claims.skip(STEP_TIME, why=f"this machine has {cores} cores, one per virtual device or "
+                    "more: no thread waited for a core", expect="past the machine's cores the "
+                    "step slows: the virtual devices' threads take turns on them", cores=cores)
+    else:
+        k_fit = max(k for k in timings if k <= cores)
+        step_ms = {k: 1000 * sum(t.values()) for k, t in timings.items()}
+        claims.check(STEP_TIME, "last_ms > fit_ms", fit_ms=step_ms[k_fit], k_fit=k_fit,
+                     last_ms=step_ms[kmax], kmax=kmax, **load.figures(),
+                     otherwise="the step took {fit_ms:.0f} ms at K={k_fit} and {last_ms:.0f} ms "
+                               "at K={kmax}, on {cores} cores: it did not slow past the cores "
+                               "here, while other processes kept {others:.2f} of them busy "
+                               "(measured)")
 
 
 def claim_gil(claims, *, gil: dict, load) -> None:
-    """``load``: the dp_lab.OtherLoad measured during the race."""
+    """``load``: the dp_lab.OtherLoad measured during the race. Taking turns on the GIL alone
+    would give 2 threads one thread's speed (x1); below x1 they lose time handing it over."""
     tiny = gil["many tiny ops"]
+    why = ("slower than one thread: taking turns would give x1, and they lose more handing the "
+           "GIL over, which torch releases and retakes around every op" if tiny["threads"] < 1
+           else "the threads take turns on the GIL for the Python between torch's ops")
     claims.check(
         "on the tiny-op model 2 processes beat 2 threads: x{processes:.2f} against "
-        "x{threads:.2f} (the GIL lets one thread run Python at a time)",
+        "x{threads:.2f}, " + why,
         "processes > threads", processes=tiny["processes"], threads=tiny["threads"],
         **load.figures(),
         otherwise="2 threads (x{threads:.2f}) did at least as well as 2 processes "

@@ -6,7 +6,9 @@ notebook; this file holds the accounting and the drawing that would bury it (com
 tensor_bytes.py counts what autograd saves, for the ledger and the DDP launcher alike).
 """
 
+import ast
 import inspect
+import textwrap
 import threading
 import time
 from contextlib import contextmanager
@@ -17,13 +19,43 @@ import psutil
 import torch
 
 MB = 2**20
+# one colour per kind of bytes, in every figure (the ledger's and the DDP ranks'): model state in
+# blues, greens and oranges, the batch in greys, what the forward makes in purples and reds
+KIND_COLORS = {
+    "weights": "tab:blue", "gradients": "tab:orange", "received gradients": "#ffbb78",
+    "DDP buckets": "#a05a00", "optimizer state": "tab:green", "batch": "tab:gray",
+    "input": "#c7c7c7", "activations": "tab:purple", "outputs": "tab:red",
+    "gathered outputs": "#8c0000", "output grads": "tab:pink", "loss buffers": "#f7b6d2",
+}
+
+SERIES_COLORS = ("black", "tab:olive")  # DataParallel and DDP side by side: no kind's colour
 
 
-def show_source(obj, first_lines=None):
-    """Display the source of ``obj`` (its first lines only, if asked) from the installed torch."""
+def stack_by_kind(ax, labels, per_bar):
+    """Bars stacked by kind (``per_bar``: one {kind: bytes} per label), in KIND_COLORS' order
+    and colours; the legend outside, on the right."""
+    bottom = np.zeros(len(labels))
+    for kind, color in KIND_COLORS.items():
+        values = np.array([d.get(kind, 0) / MB for d in per_bar])
+        if values.any():
+            ax.bar(labels, values, bottom=bottom, label=kind, color=color)
+            bottom += values
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return bottom
+
+
+def show_source(obj, first_lines=None, until=None, doc=True):
+    """Display the source of ``obj`` from the installed torch: its first lines only, or up to
+    the first line that holds ``until``, if asked; without its docstring if ``doc`` is False."""
     from IPython.display import Markdown, display
 
     lines = inspect.getsource(obj).splitlines()
+    if not doc:  # the docstring: the first statement of the body, if it is a string
+        body = ast.parse(textwrap.dedent("\n".join(lines))).body[0].body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            del lines[body[0].lineno - 1:body[0].end_lineno]
+    if until is not None:
+        first_lines = next(i + 1 for i, line in enumerate(lines) if until in line)
     shown = lines if first_lines is None else lines[:first_lines] + ["    ..."]
     where = inspect.getsourcefile(obj).split("site-packages/")[-1]
     display(Markdown(f"`{where}`\n```python\n" + "\n".join(shown) + "\n```"))
@@ -184,18 +216,10 @@ def plot_ledger(ledgers, ks):
     kmax = max(ks)
     ledger = ledgers[kmax]
     at_peak = [ledger.at_peak(k) for k in range(kmax)]
-    kinds = sorted({w for d in at_peak for w in d},
-                   key=lambda w: -sum(d.get(w, 0) for d in at_peak))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 3.8))
-    bottom = np.zeros(kmax)
-    for i, what in enumerate(kinds):
-        values = np.array([d.get(what, 0) / MB for d in at_peak])
-        left.bar([f"vdev {k}" for k in range(kmax)], values, bottom=bottom, label=what,
-                 color=plt.cm.tab10(i % 10), hatch="//" if i >= 10 else None)
-        bottom += values
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 3.8))
+    stack_by_kind(left, [f"vdev {k}" for k in range(kmax)], at_peak)
     left.set(xlabel="virtual device", ylabel="MB at that device's peak",
              title=f"rebuilt DP (re-implementation), K={kmax}: bytes per virtual device")
-    left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     multi = [k for k in ks if k > 1]
     dev0 = [ledgers[k].peaks()[0] / MB for k in multi]
     others = [max(ledgers[k].peaks()[1:]) / MB for k in multi]
@@ -206,7 +230,7 @@ def plot_ledger(ledgers, ks):
                        ha="center", fontsize=8)
     right.set(xlabel="virtual devices K", ylabel="peak MB (ledger)", ylim=(0, 1.15 * max(dev0)),
               xticks=multi, title="peaks against K (ledger): device 0 and the busiest other device")
-    right.legend(loc="lower left")
+    right.legend(fontsize=9, loc="lower left")
     fig.tight_layout()
     plt.show()
 
@@ -279,34 +303,40 @@ def draw_memory(params_millions, batch, devices, activation_mb, output_size, dty
                 "DDP": [b / 2**30 for b in ddp_bytes]},
                [f"device {k}" for k in range(devices)], ylabel="GiB at peak (calculator)",
                title=f"{params_millions:g} M parameters, global batch {batch}, {devices} devices",
-               colors=("tab:red", "tab:green"))
+               colors=SERIES_COLORS)
 
 
-def plot_dp_vs_ddp(dp_bytes, dp_title, ddp_tensors, ddp_predicted, ddp_memory, what, same_scale):
-    """Left: DP's devices. Middle: each DDP rank's tensor bytes by kind, and the calculator.
+def plot_dp_vs_ddp(dp_bytes, dp_title, ddp_tensors, ddp_predicted, ddp_memory, what, same_scale,
+                   dp_kinds=None):
+    """Left: DP's devices (by kind where ``dp_kinds`` gives {kind: bytes} per device).
+    Middle: each DDP rank's tensor bytes by kind, and the calculator.
     Right: what the memory system saw of each DDP rank (not a tensor count: its own scale)."""
     n = len(ddp_tensors)
     x = np.arange(n)
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(15, 3.8))
-    for series, (name, values) in enumerate(dp_bytes.items()):
+    if dp_kinds is not None:  # the ledger's devices, by kind, as the DDP ranks beside them
+        stack_by_kind(left, x, dp_kinds)
+        left.get_legend().remove()  # one legend for both, on the middle's right
+    for series, (name, values) in enumerate(dp_bytes.items() if dp_kinds is None else []):
         shift = 0 if len(dp_bytes) == 1 else (series - 0.5) * 0.4
         left.bar(x + shift, [v / MB for v in values], 0.8 / len(dp_bytes), label=name,
-                 color=("tab:red", "tab:green")[series])
+                 color=SERIES_COLORS[series])
+        left.legend(fontsize=9, loc="best")
     left.set(xlabel="device", ylabel="MB", title=dp_title)
-    left.legend(fontsize=7, loc="lower right")
-    bottom = np.zeros(n)
-    for i, kind in enumerate(ddp_tensors[0]):
-        values = np.array([t[kind] / MB for t in ddp_tensors])
-        mid.bar(x, values, bottom=bottom, label=kind, color=plt.cm.tab10(i % 10))
-        bottom += values
+    bottom = stack_by_kind(mid, x, ddp_tensors)
     mid.plot(x, [p / MB for p in ddp_predicted], "kx", ms=10, label="calculator")
+    shown = {}  # every kind of both panels, in KIND_COLORS' order, then the calculator's mark
+    for ax in (left, mid) if dp_kinds is not None else (mid,):
+        shown.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    order = [k for k in KIND_COLORS if k in shown] + ["calculator"]
+    mid.legend([shown[k] for k in order], order, fontsize=9, loc="upper left",
+               bbox_to_anchor=(1.0, 1.0))
     mid.set(xlabel="DDP rank", ylabel="tensor MB", title=f"DDP, {n} ranks: tensor bytes per rank")
-    mid.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if same_scale:  # tensor bytes on both: one scale
         top = 1.1 * max(max(max(v) for v in dp_bytes.values()), max(bottom * MB)) / MB
         left.set_ylim(0, top)
         mid.set_ylim(0, top)
-    right.bar(x, [m / MB for m in ddp_memory], color="tab:gray")
+    right.bar(x, [m / MB for m in ddp_memory], color=SERIES_COLORS[1])
     right.set(xlabel="DDP rank", ylabel="MB", title=f"DDP: {what} (not a tensor count)")
     for ax in (left, mid, right):
         ax.set_xticks(x, [str(k) for k in x])
