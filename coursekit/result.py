@@ -285,7 +285,7 @@ class RunResult:
         logs = self.log_dir if self.torchrun else self.run_dir / "output.log"
         where = f"whole log: {logs} ({self.log_hint()})"
         if self.timed_out:
-            limit = f"TIMEOUT_S={self.timeout_s:g} s" if self.timeout_s else "its timeout"
+            limit = f"its limit of {self.timeout_s:g} s" if self.timeout_s else "its limit"
             stood = self.where_ranks_stood()
             if stood:
                 places = [f"  rank {r}: {stood[r]}" if r in stood
@@ -296,8 +296,9 @@ class RunResult:
                 places = ["  last line of rank 0: " + (repr(last[0]) if last else NOTHING)]
             return "\n".join([
                 f"{self.name} ran past {limit} and was stopped; all its processes were killed "
-                f"(raise TIMEOUT_S if it was only slow, else it hung: a rank waiting in a "
-                f"collective its partners never joined)" + (". Where each rank stood:"
+                f"(if it was only slow, give it more time: TIMEOUT_S, or the timeout_s its "
+                f"cell passes; else it hung: a rank waiting in a collective its partners never "
+                f"joined)" + (". Where each rank stood:"
                                                             if stood else ""),
                 *places,
                 where,
