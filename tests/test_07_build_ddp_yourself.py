@@ -9,11 +9,13 @@ import shutil
 
 import pytest
 from conftest import ROOT, comparison_starting, execute_notebook
-from task_kit import planted, task_checks
+from task_kit import load_module, planted, task_checks
 
 import coursekit
 
 CHECKER = ROOT / "launchers" / "check_my_ddp.py"
+STEM = "07_build_ddp_yourself"
+WRONG = ROOT / "tests" / "solutions_wrong" / "nb07"
 SOLUTIONS = ROOT / "solutions"
 REFERENCES = [f"{SOLUTIONS / 'ddp_naive.py'}:NaiveDDP",
               f"{SOLUTIONS / 'ddp_overlapped.py'}:OverlappedDDP:overlap",
@@ -169,6 +171,12 @@ def test_the_checker_names_what_is_wrong_from_the_facts(monkeypatch):
     assert module.ddp_rule_buckets([], 1000.0) == 0
 
 
+def reference_calls(results):
+    """The reference prediction of the race's all-reduces at 2 MiB, from the results record."""
+    reference = load_module(ROOT / "solutions" / f"{STEM}.py").bucket_calls
+    return reference({"tensors": results["tensors"], "grad_mb": results["grad_mb"]})
+
+
 @pytest.mark.slow
 def test_notebook_with_wrong_wrappers(tmp_path, monkeypatch):
     """One wrong answer per step through the whole notebook (the browser test runs it solved):
@@ -178,13 +186,16 @@ def test_notebook_with_wrong_wrappers(tmp_path, monkeypatch):
     for task, mistake in [("naive_ddp", "no_divide"), ("overlapped_ddp", "wait_in_hook"),
                           ("bucketed_ddp", "one_bucket")]:  # fmt: skip
         shutil.copy(planted(task, tmp_path / "planted" / task)[mistake], folder / TASKS[task][0])
+    shutil.copy(WRONG / f"{STEM}.py", folder)  # the prediction: one all-reduce per tensor
     monkeypatch.setenv("COURSE_SOLUTIONS", str(folder))
     r = execute_notebook("07", tmp_path, attendee_loop=True)
     assert r["world_size"] == 2 and r["backend"] == "gloo"
     assert r["naive_passed"] is False and r["overlapped_passed"] is False
     assert r["bucketed_passed"] is False and r["exercise_passed"] is False
     assert [(t["name"], t["outcome"]) for t in r["tasks"]] == [
-        (task, "not yet") for task in TASKS]
+        (task, "not yet") for task in TASKS] + [("bucket_calls", "not yet")]
+    # the prediction: the reference's count is what the race measured, the wrong one is not
+    assert r["all_reduce_calls_bucketed_2_MiB"] == reference_calls(r) != r["tensors"]
     assert r["raced"] == "the reference" and r["raced_yours"] == ""
     # the race: every variant timed, its all-reduces counted
     assert r["all_reduce_calls_naive"] == r["all_reduce_calls_overlapped"] == r["tensors"]

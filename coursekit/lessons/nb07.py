@@ -16,6 +16,23 @@ def _key(name: str) -> str:
     return name.replace(" ", "_").replace(".", "p")
 
 
+WHY_BUCKET_CALLS = ("a bucket closes once it holds 2 MiB of gradients, so the gradient bytes over "
+                    "2 MiB, rounded up, make the calls: one per bucket, not one per tensor or per "
+                    "layer")
+
+
+def racers(passed: dict[str, bool], files: list) -> dict:
+    """step -> the file that races: the learner's (``files``, in the order of ``passed``) where
+    its check passed, else the reference; says which."""
+    from ..exercises import DEFAULT_SOLUTIONS
+
+    chosen = {step: file if ok else DEFAULT_SOLUTIONS / f"ddp_{step}.py"
+              for (step, ok), file in zip(passed.items(), files, strict=True)}  # fmt: skip
+    print("The race runs", ", ".join(f"{'your' if ok else 'the reference'} {step}"
+                                     for step, ok in passed.items()))  # fmt: skip
+    return chosen
+
+
 def claim_race(claims, *, race: dict, ms: dict, whose: str) -> None:
     """The race's timing comparisons (each side by side, per round) and the overlap shares."""
     best, shown = race["best_bucketed"], race["profiled"]
@@ -56,7 +73,7 @@ def save(setup, claims, tasks, *, race: dict, ms: dict, whose: str,
         **{f"{step}_passed": ok for step, ok in passed.items()},
         "exercise_passed": all(passed.values()), "raced": whose,
         "raced_yours": ",".join(step for step, ok in passed.items() if ok),
-        "tensors": race["tensors"],
+        "tensors": race["tensors"], "grad_mb": race["grad_mb"],
         "best_bucket": best,
         **{f"step_ms_{_key(k)}": v for k, v in ms.items()},
         "bucketed_vs_ddp": ms[best] / ddp, "naive_vs_ddp": naive / ddp, "profiled_bucket": shown,
