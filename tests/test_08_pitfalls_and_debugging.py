@@ -159,6 +159,14 @@ def test_the_facts_the_notebooks_teach_are_this_torchs():
     barrier = inspect.getsource(torch.distributed.monitored_barrier)
     assert "Rank 0 will block until all send /recv from other ranks are processed" in barrier
     assert "wait_all_ranks" in inspect.signature(torch.distributed.monitored_barrier).parameters
+    # ... on gloo only, and nothing makes an NCCL job a gloo group for it: the program does
+    assert "monitored_barrier is only implemented for GLOO backend." in barrier
+    assert 'dist.new_group(backend="gloo")' in markdown("08_pitfalls_and_debugging")
+    # DETAIL wraps every gloo/NCCL group in a ProcessGroupWrapper (its checks, in C++: a
+    # monitored barrier, then the fingerprints: sequence number, op, shapes, dtypes, devices)
+    c10d_py = inspect.getsource(torch.distributed.distributed_c10d)
+    assert "if get_debug_level() == DebugLevel.DETAIL:" in c10d_py
+    assert "wrapped_pg = _ProcessGroupWrapper(wrapped_pg, helper_pg)" in c10d_py
     # DDP leaves parameters that need no gradient out of its buckets (a frozen branch never
     # raises the unused-parameter error), and its join hook mirrors find_unused_parameters'
     # all-reduce of the used-parameter map

@@ -242,10 +242,13 @@ def claim_tidy(claims, results: dict, tidy, *, nproc: int) -> None:
     intact = all(LINE.match(t) for r, t in tidy.lines
                  if r is not None and t.startswith("rank ") and " line " in t)
     log_files = sorted(tidy.run_dir.joinpath("logs").rglob("*.log"))
-    cpp = [sum(1 for t in p.read_text(errors="replace").splitlines()
-               if re.match(r"^\[?[IWE]\d{4} ", t)) for p in log_files]  # C++ logger lines
+    cpp = [[t for t in p.read_text(errors="replace").splitlines()
+            if re.match(r"^\[?[IWE]\d{4} ", t)] for p in log_files]  # C++ logger lines
     print(f"torchrun's log files: {[str(p.relative_to(tidy.run_dir)) for p in log_files]}; "
-          f"C++ logger lines: {cpp}")
+          f"C++ logger lines: {[len(lines) for lines in cpp]}")
+    if shown := next(((p, lines) for p, lines in zip(log_files, cpp, strict=True) if lines), None):
+        print(f"the first of local rank {shown[0].parent.name}'s {shown[0].name}:",
+              *(t if len(t) <= 120 else t[:117] + "..." for t in shown[1][:4]), sep="\n  ")
     fixed = tidy.ok and intact and shown_ranks == [0]
     results.update(printing_console_ranks=len(shown_ranks), printing_fixed=fixed,
                    printing_log_files=len(log_files))
