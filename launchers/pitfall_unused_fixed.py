@@ -7,6 +7,10 @@
     it all-reduces a map of the parameters each rank used (one more collective per step).
 (b) the better fix: every parameter takes part in every step (the auxiliary loss is always
     computed, weighted 0 on the steps that do not want it), and DDP needs no search.
+They do not train alike under AdamW: in (a) the head, unused on every rank, keeps grad=None
+on odd steps and AdamW skips it (Adam._init_group takes only parameters whose grad is not
+None, torch/optim/adam.py); in (b) its gradient is zero and AdamW still moves it, by its
+momentum and its weight decay.
 Both are trained in the same run, step for step alternately, so their step times compare.
 timed_step (common/pitfall_harness.py) counts each step's collectives by the process group's
 sequence number.
