@@ -4,11 +4,12 @@
         --rdzv-endpoint HEAD_NODE:29400 --rdzv-id job42 launchers/multinode_train.py
 
 What it adds to a single-node DDP script: every rank prints who it is (RANK, LOCAL_RANK,
-GROUP_RANK: its node, WORLD_SIZE); rank 0 writes a checkpoint every --save-every steps that
-a crash or a power cut mid-write never leaves torn, and every rank resumes from it on start
-(after torchrun's --max-restarts); the batch of step s comes from seed s, split between the
-ranks whatever their number (common/multinode_records.py), so a resumed run replays the
-same data. --dtype float64 compares two runs by their mathematics, not by fp32 rounding.
+GROUP_RANK: its node, WORLD_SIZE, and its agent's process id); rank 0 writes a checkpoint
+every --save-every steps that a crash or a power cut mid-write never leaves torn, and every
+rank resumes from it on start (after torchrun's --max-restarts); the batch of step s comes
+from seed s, split between the ranks whatever their number (common/multinode_records.py), so
+a resumed run replays the same data. --dtype float64 compares two runs by their mathematics,
+not by fp32 rounding.
 """
 
 import argparse
@@ -59,7 +60,7 @@ def main():
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     identity = {name: os.environ[name] for name in
                 ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
-    identity.update(host=socket.gethostname(), pid=os.getpid(), restart=restart)
+    identity.update(host=socket.gethostname(), pid=os.getpid(), agent=os.getppid(), restart=restart)
     print("identity", *(f"{k}={v}" for k, v in identity.items()), flush=True)
 
     torch.manual_seed(0)
@@ -95,7 +96,6 @@ def main():
             log_step(args.out, done, loss.item(), world_size)  # to progress.jsonl
             if done % args.save_every == 0 or done == args.steps:
                 save_checkpoint(ckpt_path, model, optimizer, done)
-        dist.barrier()  # nobody runs ahead of the checkpoint it may have to resume from
 
     gathered = [None] * world_size
     dist.gather_object(identity, gathered if rank == 0 else None)

@@ -8,7 +8,8 @@ def replayed(kill_at, save_every):
     return kill_at % save_every
 
 
-def identity(nodes, per_node):
-    """(RANK, WORLD_SIZE) of the last worker of the last node: ranks are numbered over the whole
-    job, node by node (GROUP_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK)."""
-    return nodes * per_node - 1, nodes * per_node
+# Which rule gives GROUP_RANK 0: once every agent has joined, the c10d rendezvous sorts them by
+# their node descriptor (address as text, process id, a local counter):
+# `sorted(state.participants)` in torch/distributed/elastic/rendezvous/dynamic_rendezvous.py.
+# "127.0.0.1" < "localhost", so node 1 is numbered 0.
+node_rule = "address"

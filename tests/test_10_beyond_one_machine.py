@@ -43,11 +43,12 @@ def test_beyond_one_machine(tmp_path, slurm_cluster, monkeypatch):
     # the learner's prediction: the wrong answer rejected; the reference within the run's range
     # (the kill lands at KILL_AT or a step later: low from KILL_AT, high from the last step)
     assert [(t["name"], t["outcome"]) for t in results["tasks"]] == [
-        ("node_identity", "not yet"), ("replayed_steps", "not yet")]
-    world, per_node = results["two_node_world_size"], results["ranks_per_node"]
+        ("node_rule", "not yet"), ("replayed_steps", "not yet")]
+    # the node named 127.0.0.1 was numbered before the one named localhost, started first
+    assert results["group_rank_rule"] == "address"
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")  # the reference, as the browser's run picks it
-    assert coursekit.answer(None, STEM, "identity")(2, per_node) == (world - 1, world)
-    assert load_module(WRONG / f"{STEM}.py").identity(2, per_node) != (world - 1, world)
+    assert coursekit.answer(None, STEM, "node_rule") == results["group_rank_rule"]
+    assert load_module(WRONG / f"{STEM}.py").node_rule != results["group_rank_rule"]
     kill_at, save_every = results["kill_after_step"], results["save_every"]
     reference = coursekit.answer(None, STEM, "replayed")(kill_at, save_every)
     tasks = coursekit.Tasks()
@@ -95,6 +96,35 @@ def test_the_node_ranks_are_sorted_not_by_arrival():
     assert "enumerate(sorted(state.participants))" in inspect.getsource(dr)
 
 
+def test_the_node_rule_task_names_each_mistake(capsys):
+    """Task 1 (which rule gives GROUP_RANK 0), judged on the facts of a two-node run as the
+    notebook's lesson reads them: "address" is what this torch's sort of node descriptors
+    gives, and each wrong rule is rejected with the fact that refutes it."""
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc
+
+    from coursekit.lessons import nb10
+
+    names = ["localhost", "127.0.0.1"]  # as the notebook names its two nodes
+    lines = [(0, 0, "identity RANK=1 LOCAL_RANK=0 GROUP_RANK=1 WORLD_SIZE=2 agent=400"),
+             (1, 0, "identity RANK=0 LOCAL_RANK=0 GROUP_RANK=0 WORLD_SIZE=2 agent=500")]
+    facts = nb10.node_facts(lines, names)
+    assert "node 0: --local-addr=localhost, agent pid 400, GROUP_RANK 1" in capsys.readouterr().out
+    # torch's own order of the two descriptors is the run's
+    ordered = sorted([_NodeDesc(names[0], 400, 0), _NodeDesc(names[1], 500, 0)])
+    assert [d.addr for d in ordered] == ["127.0.0.1", "localhost"]
+    assert facts["rule"] == "address" and facts["fits"] == ["address"]
+    mistakes = {"first": ("started node 0's agent first", "does not number the agents by arrival"),
+                "pid": ("lower process id (400)", "only breaks ties")}
+    for guess, words in mistakes.items():
+        tasks = coursekit.Tasks()
+        assert tasks.predict("node_rule", guess, facts["rule"],
+                             why=nb10.why_not(guess, facts)) is False
+        said = capsys.readouterr().out
+        assert all(w in said for w in words), said
+    assert coursekit.Tasks().predict("node_rule", "address", facts["rule"]) is True
+    assert "choose one of" in nb10.why_not("alphabetical", facts)
+
+
 def test_the_store_facts_are_this_torchs():
     """What section 4 says about the workers' store, as this torch's c10d rendezvous does it:
     by default a TCPStore server the rank-0 agent starts beside the rendezvous's and keeps
@@ -126,7 +156,7 @@ def test_the_restart_comparison_holds_with_every_cpu_kernel(capability, threads,
                                                             monkeypatch, tmp_path):
     """Section 4's comparison without the kill: a run resumed from the checkpoint of step 10
     against an uninterrupted one, in float64, within the notebook's rounding budget (steps x
-    ranks x eps x the largest parameter), under torch's default and AVX2 kernels besides
+    ranks x eps x max(1, the largest parameter)), under torch's default and AVX2 kernels besides
     this CPU's own, and 1 or 2 threads per rank."""
     import torch
 

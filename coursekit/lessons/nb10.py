@@ -46,6 +46,48 @@ def claim_two_nodes(claims, *, ids: list, curve: list, world: int, group_ranks: 
     return ok
 
 
+RULES = {"first": "the agent started first", "pid": "the agent with the lower process id",
+         "address": "the agents sorted by address as text, then by process id"}
+
+
+def node_facts(lines, names: list) -> dict:
+    """Per node of the two-node run (`lines`: its (node, rank, text)): the address its agent
+    was given (`names`), its agent's process id and its GROUP_RANK, printed; and the rules of
+    RULES that this run's numbering fits (`rule`: the one torch's sort makes, if it fits)."""
+    nodes = {}
+    for node, _, text in lines:
+        if text.startswith("identity"):
+            fields = dict(f.split("=", 1) for f in text.split()[1:])
+            nodes[node] = {"address": names[node], "agent": int(fields["agent"]),
+                           "group_rank": int(fields["GROUP_RANK"])}
+    for node, n in sorted(nodes.items()):
+        print(f"node {node}: --local-addr={n['address']}, agent pid {n['agent']}, "
+              f"GROUP_RANK {n['group_rank']}")
+    first = min(nodes, key=lambda i: nodes[i]["group_rank"])  # the node numbered 0
+    picks = {"first": min(nodes),  # run_nodes starts node 0's agent first
+             "pid": min(nodes, key=lambda i: nodes[i]["agent"]),
+             "address": min(nodes, key=lambda i: (nodes[i]["address"], nodes[i]["agent"]))}
+    fits = [rule for rule, node in picks.items() if node == first]
+    rule = "address" if "address" in fits else (fits or ["none of these"])[0]
+    return {"nodes": nodes, "first": first, "picks": picks, "fits": fits, "rule": rule}
+
+
+def why_not(guess, facts: dict) -> str:
+    """Why the rule ``guess`` is not the one the run followed: the mistake, named by the run."""
+    nodes, first, picks = facts["nodes"], facts["first"], facts["picks"]
+    got = f"node {first} ({nodes[first]['address']}) got GROUP_RANK 0"
+    if guess == "first":
+        return (f"run_nodes started node 0's agent first, yet {got}: the rendezvous does not "
+                "number the agents by arrival, it sorts them once all have joined")
+    if guess == "pid":
+        lower = picks["pid"]
+        return (f"node {lower}'s agent had the lower process id ({nodes[lower]['agent']}), yet "
+                f"{got}: the process id only breaks ties between agents of the same address")
+    if guess == "address":
+        return f"{got}: this run did not follow the address order"
+    return f"choose one of {', '.join(repr(r) for r in RULES)}; {got}"
+
+
 def claim_wrong_port(claims, *, error: str, seconds: float, join_timeout: int) -> None:
     claims.check("A node at the wrong port ended in RendezvousTimeoutError after {seconds:.0f} s "
                  "(join_timeout {join_timeout} s, plus start-up)", "timeout_error == True",
@@ -84,7 +126,8 @@ def claim_same_parameters(claims, *, max_diff: float, budget: float, steps: int,
     same = claims.check(
         "The restarted run ended with the uninterrupted run's parameters ({how}): the largest "
         "difference, {diff:.1e}, is within float64's rounding budget for {steps} steps over "
-        "{world} ranks ({budget:.1e}: steps x ranks x eps x the largest parameter, {scale:.2g})",
+        "{world} ranks ({budget:.1e}: steps x ranks x eps x max(1, the largest parameter "
+        "{scale:.2g}))",
         "diff <= budget", diff=max_diff, budget=budget, steps=steps, world=world, scale=scale,
         how="bit for bit" if max_diff == 0 else "up to float64 rounding",
         otherwise="the restarted run ended {diff:.1e} from the uninterrupted one, above float64's "
@@ -101,6 +144,21 @@ def claim_grew(claims, *, worlds: list, joined: bool, resumed: int) -> None:
                  otherwise="the second node did not join a running job here (world sizes "
                  "{worlds}): the job ended before the second agent's rendezvous "
                  "completed")  # fmt: skip
+
+
+def plot_elastic(curve: list, per_node: int) -> None:
+    """The grown job's world size per step (rank 0's progress, every attempt), cropped to the
+    join: from step 0 to as many steps again after the first step of the larger world."""
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    ax.step([s for s, _, _ in curve], [w for _, _, w in curve], where="post")
+    joined = [s for s, _, w in curve if int(w) > per_node]
+    if joined:
+        ax.set_xlim(0, 2 * joined[0] + 5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("world size")
+    ax.set_yticks(sorted({int(w) for _, _, w in curve}))
+    ax.set_title("--nnodes=1:2: world size per step (the second node starts after step 1)")
+    plt.show()
 
 
 # Slurm: a local cluster (scripts/local_slurm.py) found, a job waited for, its output read
@@ -201,9 +259,10 @@ def claim_manifests(claims, *, manifests: int, typo_rejected: bool) -> None:
 def save(setup, claims, tasks, *, nodes, per_node, two_nodes, two_node_ok, lonely, lonely_error,
          typo, bad_address_error, kills, restart_count, after, kill_at, save_every, last_before,
          resumed_at, params_close, max_diff, budget, worlds, elastic_joined, slurm_state,
-         slurm_world, slurm_per_node, slurm_device, validated, typo_rejected) -> None:  # fmt: skip
+         slurm_world, slurm_per_node, slurm_device, validated, typo_rejected,
+         node_rule) -> None:  # fmt: skip
     save_results(STEM, {
-        "nodes": nodes, "ranks_per_node": per_node,
+        "nodes": nodes, "ranks_per_node": per_node, "group_rank_rule": node_rule,
         "two_node_world_size": two_nodes.metrics["world_size"],
         "two_node_ok": two_node_ok, "two_node_seconds": two_nodes.seconds,
         "two_node_device": two_nodes.device,  # what the ranks ran on
