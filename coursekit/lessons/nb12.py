@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections import Counter
 
 import matplotlib.pyplot as plt
@@ -60,6 +62,22 @@ def idle(run: dict) -> np.ndarray:
                      for ts in steps])  # fmt: skip
 
 
+def stage_times(run: dict, m: int) -> list[str]:
+    """What a 1F1B run's timelines hold, per stage (medians over the steps after the first):
+    its forward and its backward of one micro-batch, each on the stage's own clock, and its
+    idle fraction of the step (:func:`idle`)."""
+    steps = range(1, len(run["ranks"][0]["timelines"]))
+    idle_shares = np.median(idle(run), axis=0)
+    lines = [f"1F1B, m = {m}, per stage (medians over the steps after the first):"]
+    for r, held in enumerate(run["ranks"]):
+        took = {k: np.median([e - b for s in steps for kind, _, b, e in held["timelines"][s]
+                              if kind == k]) for k in "FB"}  # fmt: skip
+        lines.append(f"  stage {r}: forward {took['F'] * 1e3:.2f} ms, backward "
+                     f"{took['B'] * 1e3:.2f} ms per micro-batch; idle {idle_shares[r]:.3f} "
+                     "of the step")  # fmt: skip
+    return lines
+
+
 # the 2 x 2 mesh's groups: tensor-parallel pairs (0, 1), (2, 3), data-parallel (0, 2), (1, 3)
 MESH_DIMS = {(0, 1): "tp", (2, 3): "tp", (0, 2): "dp", (1, 3): "dp"}
 
@@ -86,17 +104,40 @@ def calculator_rows(runs: dict, layouts: dict, shape: dict) -> list[tuple]:
     return rows
 
 
-def plot_calculator(rows: list[tuple]) -> None:
-    """Each rank's measured bytes (bars) beside the calculator's (black marks)."""
+def one_process_bytes(runs: dict, layouts: dict, shape: dict) -> dict:
+    """The calculator's bytes for one process training the whole model on each layout's
+    whole batch: {label: bytes}, the reference each layout divides."""
+    from common import memory
+
+    return {label: memory.transformer_memory(micro_batch=runs[run]["model"]["batch"],
+                                             **shape)[0]["total"]
+            for label, (run, _) in layouts.items()}  # fmt: skip
+
+
+def plot_calculator(rows: list[tuple], one_process: dict) -> None:
+    """Each rank's measured bytes (bars, one colour per layout) beside the calculator's (black
+    marks), and one process's with the layout's batch (a dashed line over its group)."""
     measured = [sum(held[k] for k in KINDS.values()) for _, _, held, _ in rows]
-    fig, ax = plt.subplots(figsize=(10, 3.5))
-    ax.bar(range(len(rows)), [m / MiB for m in measured], label="measured (tensor bytes)")
-    ax.scatter(range(len(rows)), [stage["total"] / MiB for *_, stage in rows], color="k",
-               marker="_", s=200, label="calculator", zorder=3)  # fmt: skip
-    ax.set_xticks(range(len(rows)), [f"{label}\nrank {r}" for label, r, *_ in rows], fontsize=7)
-    ax.set(xlabel="layout, rank", ylabel="MiB per rank",
+    labels = list(dict.fromkeys(label for label, *_ in rows))
+    x = [i + labels.index(label) for i, (label, *_) in enumerate(rows)]  # a gap between groups
+    fig, ax = plt.subplots(figsize=(12, 3.8))
+    ax.bar(x, [m / MiB for m in measured], color=[f"C{labels.index(label)}" for label, *_ in rows],
+           label="measured (tensor bytes)")  # fmt: skip
+    ax.scatter(x, [stage["total"] / MiB for *_, stage in rows], color="k", marker="_", s=200,
+               label="calculator", zorder=3)  # fmt: skip
+    for n, label in enumerate(labels):
+        mine = [xi for xi, (lab, *_) in zip(x, rows, strict=True) if lab == label]
+        ax.hlines(one_process[label] / MiB, mine[0] - 0.45, mine[-1] + 0.45, colors="grey",
+                  linestyles="--", label="one process, the same batch (calculator)" if n == 0
+                  else None)  # fmt: skip
+        ax.text((mine[0] + mine[-1]) / 2, -0.1, label, ha="center", va="top", fontsize=8,
+                transform=ax.get_xaxis_transform())  # fmt: skip
+    ax.set_xticks(x, [f"r{r}" for _, r, *_ in rows], fontsize=7)
+    ax.set_xlabel("rank, by layout", labelpad=16)
+    ax.set(ylabel="MiB per rank",
            title="parameters + gradients + AdamW + activations, per rank")  # fmt: skip
-    ax.legend()
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    plt.tight_layout()
     plt.show()
 
 
@@ -149,8 +190,8 @@ def claim_allreduces(claims, *, calls: dict, expected: int, sizes: set, activati
 def claim_param_share(claims, *, share: float, N: int, whole: float, predicted: float) -> None:
     claims.check(
         "Each rank held {share:.3f} of the parameter bytes: the split matrices / {N} and the "
-        "{whole:.1%} kept whole (embeddings, norms, head), as the calculator counts "
-        "({predicted:.3f})",
+        "{whole:.1%} kept whole (embeddings, norms, head, the row-parallel biases), as the "
+        "calculator counts ({predicted:.3f})",
         "error < 0.001", share=share, N=N, whole=whole, predicted=predicted,
         error=abs(share - predicted), otherwise="each rank held {share:.3f} of the parameter "
         "bytes, the calculator says {predicted:.3f}: the launcher splits other tensors than the "
@@ -190,9 +231,25 @@ def claim_bubble(claims, *, measured: dict, formula: dict, sweep: list) -> None:
         "held >= needed", held=len(within), needed=needed, tried=len(sweep),
         values=", ".join(map(str, within)) or "none",
         otherwise="the measured bubble came within 20% of the formula for only {held} of {tried} "
-                  "values of m ({values}); likely, not measured here: every micro-batch also pays "
-                  "fixed costs the formula leaves out (a send, a receive, Python), and the stages "
-                  "are not equal")  # fmt: skip
+                  "values of m ({values}): the formula counts equal stages and instant hand-offs; "
+                  "the stage times below are this run's")  # fmt: skip
+
+
+@contextlib.contextmanager
+def judged_by(ok, message: str, *, measured: float, shown, count: float):
+    """Around ``tasks.predict("bubble", guess, count, within=0.1)``: the prediction is recorded
+    as one (right within 10 % of the schedule's count, as check_bubble judges), and check_bubble's
+    words are printed in place of predict's own, which would call the count "the run measured";
+    then what the run measured, beside the count."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+    where = ("within 10 % of" if abs(measured / count - 1) <= 0.1 else
+             "above" if measured > count else "below")  # fmt: skip
+    prefix = {True: "RIGHT (bubble): ", False: "NOT YET (bubble): ",
+              None: "(not tried yet: bubble) "}  # fmt: skip
+    print(prefix[ok] + f"{message}. "
+          f"The run measured {measured:.3f} (its stages and steps: {np.min(shown):.3f} to "
+          f"{np.max(shown):.3f}), {where} the count {count:.3f}: the stage times below")
 
 
 def claim_1f1b_memory(claims, *, m: int, p: int, peaks: dict) -> None:
