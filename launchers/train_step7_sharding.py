@@ -40,6 +40,7 @@ def wrap(model, strategy, device, lr):
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                     gradient_as_bucket_view=True)  # the gradients live in DDP's buckets
     if strategy == "zero":  # each rank keeps the AdamW state of its share of the parameters
+        # and broadcasts it tensor by tensor (parameters_as_bucket_view=False, the default)
         return ddp_model, ZeroRedundancyOptimizer(
             model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr, weight_decay=0.01)
     return ddp_model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -78,6 +79,7 @@ def train(strategy, dtype, args, device, out):
             optimizer.step()  # ZeRO: step my share, then broadcast it to the other ranks
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            ledger.step_done(step)  # counts the collective calls of the third step
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # GPU work is asynchronous: time it, not its launch
             step_times.append(time.perf_counter() - tick)
@@ -98,7 +100,7 @@ def train(strategy, dtype, args, device, out):
     del train_model  # release DDP before the next run and the process group (ddp_first_run.py)
     return record_run(out, held, params, probe_x, probe_out, strategy=strategy,
                       dtype=str(dtype).split(".")[1], n_params=n_params, steps=step, losses=losses,
-                      step_times_s=step_times[2:] or step_times,  # the first steps warm up
+                      step_times_s=step_times[3:] or step_times,  # warm-up, warm-up, counted
                       dcp_reload_max_diff=reload_diff)
 
 

@@ -53,7 +53,8 @@ def plot_ddp_ranks(ddp_ranks: list, predicted: dict, n_params: int) -> None:
 
 
 def plot_state_per_rank(runs: dict, ddp_share: float) -> None:
-    """Each strategy's state per rank (parameters, gradients, optimizer), against DDP's / N."""
+    """Each strategy's state per rank (parameters, gradients, optimizer), against DDP's total
+    state (all three) / N: what sharding all three kinds evenly would leave."""
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.5), sharey=True)
     for ax, strategy in zip(axes, STRATEGIES, strict=True):
         ranks = runs[f"{strategy}-float32"]["ranks"]
@@ -61,7 +62,7 @@ def plot_state_per_rank(runs: dict, ddp_share: float) -> None:
             _stacked(ax, r, [held[k] for k in KINDS[:3]],
                      "" if r == 0 and strategy == "ddp" else "_")
         ax.axhline(ddp_share / MiB, color="k", ls="--", lw=1,
-                   label="DDP's state / N" if strategy == "ddp" else None)
+                   label="DDP's total state / N" if strategy == "ddp" else None)
         ax.set_xticks(range(len(ranks)), [f"rank {r}" for r in range(len(ranks))])
         ax.set(title=LABELS[strategy], xlabel="rank")
     axes[0].set_ylabel("MiB per rank (parameters, gradients, optimizer state)")
@@ -108,7 +109,7 @@ def plot_tradeoff(step_ratio: dict, state_bytes: dict, comm_bytes: dict, N: int,
     plt.show()
 
 
-def draw_limits(gpu_gib=80, devices=8, activation_gib=10, unit_percent=2, dtype="float32",
+def draw_limits(gpu_gib=80, devices=16, activation_gib=30, unit_percent=10, dtype="float32",
                 optimizer="adam") -> dict:  # fmt: skip
     """Each strategy's bytes per GPU against the parameter count, and the GPU's line: the
     largest model each fits ({strategy: parameters}, returned)."""
@@ -129,7 +130,8 @@ def draw_limits(gpu_gib=80, devices=8, activation_gib=10, unit_percent=2, dtype=
                 label=f"{LABELS[s]}: fits up to {limits[s] / 1e9:.1f} B params")
     ax.axhline(gpu_gib, color="k", ls="--", label=f"{gpu_gib} GiB GPU")
     ax.set(xlabel="parameters (billions)", ylabel="GiB per GPU", ylim=(0, 2 * gpu_gib),
-           title=f"{devices} GPUs, {dtype}, {optimizer}, {activation_gib} GiB of activations")
+           title=f"{devices} GPUs, {dtype}, {optimizer}, {activation_gib} GiB of activations, "
+                 f"FSDP unit {unit_percent}%")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     plt.show()
     return limits
@@ -147,10 +149,10 @@ def limit_sliders() -> None:
     display(widgets.interactive(
         draw_limits,
         gpu_gib=widgets.IntSlider(value=80, min=8, max=192, step=8, description="GPU GiB"),
-        devices=widgets.IntSlider(value=8, min=1, max=64, description="GPUs"),
-        activation_gib=widgets.FloatSlider(value=10, min=0, max=64, step=1,
+        devices=widgets.IntSlider(value=16, min=1, max=64, description="GPUs"),
+        activation_gib=widgets.FloatSlider(value=30, min=0, max=64, step=1,
                                            description="activ. GiB"),
-        unit_percent=widgets.FloatSlider(value=2, min=0, max=100, step=1,
+        unit_percent=widgets.FloatSlider(value=10, min=0, max=100, step=1,
                                          description="FSDP unit %"),
         dtype=widgets.Dropdown(options=list(memory.DTYPE_BYTES), value="float32",
                                description="dtype"),
@@ -214,16 +216,25 @@ def claim_same_float64(claims, *, param_diff64: dict, tolerance: float) -> None:
                   "compare the parameters tensor by tensor")  # fmt: skip
 
 
-def claim_communication(claims, *, comm: dict, comm_bytes: dict, comm_time: dict, step_s: dict,
+def comm_model(comm_bytes: float, calls: dict, alpha: float, beta: float, N: int) -> float:
+    """Notebook 02's alpha-beta model for one step: every call the run counted pays alpha,
+    the bytes of the ring formulas 1/beta (memory.comm_seconds)."""
+    from common import memory
+
+    counted = {name: (0.0, n) for name, n in calls.items()}
+    return memory.comm_seconds({"bytes": (comm_bytes, 0), **counted}, alpha, beta, N)
+
+
+def claim_communication(claims, *, calls: dict, comm_bytes: dict, comm_time: dict, step_s: dict,
                         step_times: dict, labels: dict) -> None:  # fmt: skip
     """FSDP2's bytes against DDP's (the ring formulas), and each sharded step's time against
-    DDP's (measured), with the share of it the alpha-beta model explains."""
+    DDP's (measured), with the share of it the alpha-beta model explains (calls counted)."""
     claims.check(
         "By the ring formulas FSDP2 sends {fsdp_over_ddp:.3f}x DDP's bytes per step, in {calls} "
         "collective calls",
         "fsdp_over_ddp > 1 and fsdp_over_ddp < 1.5",
         fsdp_over_ddp=comm_bytes["fsdp"] / comm_bytes["ddp"],
-        calls=sum(n for _, n in comm["fsdp"].values()),
+        calls=sum(calls["fsdp"].values()),
         otherwise="FSDP2 sends {fsdp_over_ddp:.3f}x DDP's bytes here: with one unit only (the "
                   "root) nothing is gathered twice")  # fmt: skip
     for s in ("zero", "fsdp"):
@@ -243,17 +254,54 @@ def claim_communication(claims, *, comm: dict, comm_bytes: dict, comm_time: dict
                 "communication is {extra_ms:.1f} ms")  # fmt: skip
 
 
-def claim_limits(claims, *, limits: dict, strategies) -> None:
-    """The calculator's largest model on 8 GPUs of 80 GiB, growing with each stage."""
+def claim_limits(claims, *, limits: dict, strategies, devices: int, gpu_gib: float,
+                 activation_gib: float, unit_percent: float) -> None:  # fmt: skip
+    """The calculator's largest model on the picture's GPUs, growing with each stage."""
     claims.check(
-        "On 8 GPUs of 80 GiB with 10 GiB of activations the calculator's limit grows with each "
-        "stage: DDP {ddp:.1f}, ZeRO-1 {zero:.1f}, ZeRO-2 {zero2:.1f}, FSDP2 {fsdp:.1f} billion "
-        "parameters",
-        "ddp < zero and zero < zero2 and zero2 < fsdp",
+        "On {devices} GPUs of {gpu_gib:g} GiB with {activation_gib:g} GiB of activations and an "
+        "FSDP unit of {unit_percent:g}% the calculator's limit grows with each stage: DDP "
+        "{ddp:.1f}, ZeRO-1 {zero:.1f}, ZeRO-2 {zero2:.1f}, FSDP2 {fsdp:.1f} billion parameters",
+        "ddp < zero and zero < zero2 and zero2 < fsdp", devices=devices, gpu_gib=gpu_gib,
+        activation_gib=activation_gib, unit_percent=unit_percent,
         **{s: limits[s] / 1e9 for s in strategies},
         otherwise="the calculator's limits (DDP {ddp:.1f}, ZeRO-1 {zero:.1f}, ZeRO-2 "
                   "{zero2:.1f}, FSDP2 {fsdp:.1f} billion) do not grow at every stage: FSDP2's "
                   "gathered unit outweighs what ZeRO-3 divides")  # fmt: skip
+
+
+def fewest_gpus(params: float, bytes_per_param, room: float) -> int:
+    """The fewest GPUs N for which params * bytes_per_param(N) fits in room bytes."""
+    return next(n for n in range(1, 100_000) if params * bytes_per_param(n) <= room)
+
+
+def gpus_why(guess, *, params: float, gpu_gib: float, activation_gib: float,
+             unit_percent: float) -> str:  # fmt: skip
+    """What decides the fewest GPUs for FSDP2 (fp32, AdamW) and, where the guess is what a
+    known mistake gives, that mistake by name."""
+    u, gib = unit_percent / 100, 2**30
+    room, whole = (gpu_gib - activation_gib) * gib, gpu_gib * gib
+    mistakes = (  # (the mistake, bytes per parameter on N GPUs, the room it assumed)
+        ("the gathered unit left out (16/N bytes per parameter alone)", lambda n: 16 / n, room),
+        ("the unit divided by N like the rest: it is gathered whole on every GPU",
+         lambda n: (16 + 8 * u) / n, room),
+        ("the unit's weights counted, not its gradients (backward holds both whole)",
+         lambda n: 16 / n + 4 * u, room),
+        ("the unit counted with its AdamW state (the optimizer steps the shards only)",
+         lambda n: 16 / n + 16 * u, room),
+        (f"the {activation_gib:g} GiB of activations forgotten", lambda n: 16 / n + 8 * u, whole),
+        ("both the unit and the activations forgotten", lambda n: 16 / n, whole),
+        ("GB taken for GiB", lambda n: 16 / n + 8 * u, (gpu_gib - activation_gib) * 1e9),
+    )  # fmt: skip
+    named = {}
+    for mistake, per_param, assumed in mistakes:
+        named.setdefault(fewest_gpus(params, per_param, assumed), mistake)
+    rule = (f"Each GPU holds 16/N bytes per parameter (fp32 weights, gradients, AdamW's 2 "
+            f"moments) plus the unit it gathers whole ({unit_percent:g}% of the parameters, "
+            f"weights and gradients: 8 bytes each) in {gpu_gib:g} - {activation_gib:g} GiB")
+    right = fewest_gpus(params, lambda n: 16 / n + 8 * u, room)
+    if guess in named and guess != right:
+        return f"{guess} is the answer with {named[guess]}. {rule}"
+    return rule
 
 
 def claim_sharded_reload(claims, *, N: int, difference: float) -> None:
@@ -280,8 +328,8 @@ def claim_single_process(claims, *, n: int, difference: float, tolerance: float,
 
 
 def save(setup, claims, tasks, *, launch, runs, n_params, ddp_state_error, activation, state_bytes,
-         worst_split, step_ratio, comm_bytes, units, root_params, alpha, beta, param_diff64,
-         param_diff, fp32_vs_fp64, f64_tolerance, sharded_reload_diff, single_process_diff,
+         worst_split, step_ratio, comm_bytes, calls, units, root_params, alpha, beta,
+         param_diff64, param_diff, f64_tolerance, sharded_reload_diff, single_process_diff,
          limits_80gb, strategies, gpus_for_20b) -> None:  # fmt: skip
     ranks = {s: runs[f"{s}-float32"]["ranks"] for s in STRATEGIES}
     save_results(STEM, {
@@ -294,14 +342,15 @@ def save(setup, claims, tasks, *, launch, runs, n_params, ddp_state_error, activ
         "optimizer_within_20pct": worst_split <= 0.2,
         "zero_step_time_ratio": step_ratio["zero"], "fsdp_step_time_ratio": step_ratio["fsdp"],
         **{f"{s}_comm_bytes_per_step": comm_bytes[s] for s in STRATEGIES},
+        **{f"{s}_{op}_calls_per_step": n for s in STRATEGIES for op, n in calls[s].items()},
         "fsdp_units": units, "fsdp_root_params": root_params, "alpha_us": alpha * 1e6,
         "beta_GBps": beta / 1e9 if beta < float("inf") else "none: flat times",
         **{f"{s}_max_param_diff_f64": param_diff64[s] for s in ("zero", "fsdp")},
         **{f"{s}_max_param_diff_fp32": param_diff[s] for s in ("zero", "fsdp")},
-        "fp32_vs_f64_max_diff": max(fp32_vs_fp64.values()), "f64_tolerance": f64_tolerance,
+        "f64_tolerance": f64_tolerance,
         "dcp_sharded_reload_max_diff": sharded_reload_diff,
         "dcp_single_process_max_diff": single_process_diff,
-        **{f"max_params_80gib_8gpus_{s}": limits_80gb[s] for s in strategies},
+        **{f"max_params_80gib_16gpus_{s}": limits_80gb[s] for s in strategies},
         "fsdp_gpus_of_80gib_for_20b": gpus_for_20b,
     }, setup, claims=claims, tasks=tasks)  # fmt: skip
 

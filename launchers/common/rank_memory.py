@@ -3,8 +3,10 @@
 The launcher's lesson is how DDP, ZeRO-1 and FSDP2 wrap the model and what that changes;
 this module only measures it (RankMemory): the bytes of this rank's parameters, gradients and
 optimizer state tensor by tensor (the local shards under FSDP2), the activations autograd
-saves for backward, the process's peak memory; and it gathers every trained parameter whole
-for comparison (trained_state). DeepNet: the glyphs' Net made deeper, many equal tensors.
+saves for backward, the process's peak memory, the collective calls of one step (through
+torch.profiler, whoever made them: DDP, ZeroRedundancyOptimizer, FSDP2); and it gathers every
+trained parameter whole for comparison (trained_state). DeepNet: the glyphs' Net made deeper,
+many equal tensors.
 """
 
 import copy
@@ -15,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
+from torch.profiler import ProfilerActivity, profile
 
 from common.glyphs import Net
 
@@ -88,6 +91,15 @@ def peak_memory(device):
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
 
 
+# c10d's operators, as the profiler names them, and what they are called here
+COLLECTIVES = {"c10d::allreduce_": "all-reduce", "c10d::broadcast_": "broadcast",
+               "c10d::_allgather_base_": "all-gather", "c10d::allgather_": "all-gather",
+               "c10d::allgather_into_tensor_coalesced_": "all-gather",
+               "c10d::_reduce_scatter_base_": "reduce-scatter",
+               "c10d::reduce_scatter_": "reduce-scatter",
+               "c10d::reduce_scatter_tensor_coalesced_": "reduce-scatter"}
+
+
 def memory_kind(device):
     """What peak_memory measures on this device (the metrics' memory_kind)."""
     return "cuda_max_allocated" if device.type == "cuda" else "peak_rss"
@@ -102,6 +114,7 @@ class RankMemory:
         reset_peak_memory(device)
         self.before = peak_memory(device)  # torch imported, process group up, no model yet
         self.activations = self.grads = 0
+        self.profiler, self.collectives = None, {}
 
     def before_wrapping(self, model, x):
         """One batch's activations, on a copy of the whole model (measured once, unsharded)."""
@@ -115,13 +128,35 @@ class RankMemory:
         """The gradients this rank holds now, before the step and zero_grad free them."""
         self.grads = sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
 
+    def step_done(self, step):
+        """Called after each step (`step` of them done): counts the collective calls of the
+        third step by their c10d operators (the first two set things up: DDP, for one,
+        broadcasts its rebuilt bucket order in the second)."""
+        if step == 2:
+            self.profiler = profile(activities=[ProfilerActivity.CPU])
+            self.profiler.__enter__()
+        elif step == 3:
+            self._count()
+
+    def _count(self):
+        if self.profiler is not None:
+            self.profiler.__exit__(None, None, None)
+            for event in self.profiler.events():
+                if event.name.startswith("c10d::"):
+                    name = COLLECTIVES.get(event.name, event.name)
+                    self.collectives[name] = self.collectives.get(name, 0) + 1
+            self.profiler = None
+
     def held(self, model, optimizer):
         """{"rank", "param_bytes", "grad_bytes", "optimizer_bytes", "activation_bytes",
-        "peak_before_model", "peak"} of this rank."""
+        "peak_before_model", "peak", "collectives"} of this rank: "collectives" {name: calls}
+        in one step, empty where the run had fewer than three steps."""
+        self._count()  # a run of one step: the profiler, stopped
         return {"rank": dist.get_rank(), "param_bytes": sum(map(local_bytes, model.parameters())),
                 "grad_bytes": self.grads, "optimizer_bytes": optimizer_state_bytes(optimizer),
                 "activation_bytes": self.activations, "peak_before_model": self.before,
-                "peak": peak_memory(self.device)}  # fmt: skip
+                "peak": peak_memory(self.device),
+                "collectives": self.collectives}  # fmt: skip
 
 
 def trained_state(model, train_model, probe_x):
