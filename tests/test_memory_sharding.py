@@ -74,7 +74,9 @@ def test_comm_per_step_ring_formulas():
     b = 4 * P
     assert memory.comm_per_step(P, 4, "ddp") == {"all-reduce gradients": (1.5 * b, 1)}
     zero = memory.comm_per_step(P, 4, "zero")
-    assert zero["broadcast parameters"] == (0.75 * b, 4)
+    assert zero["broadcast parameters"] == (0.75 * b, 4)  # the bucket view: one per rank
+    per_tensor = memory.comm_per_step(P, 4, "zero", tensors=26)  # torch's default
+    assert per_tensor["broadcast parameters"] == (0.75 * b, 26)
     fsdp = memory.comm_per_step(P, 4, "fsdp", units=5)
     assert sum(sent for sent, _ in fsdp.values()) == pytest.approx(3 * 0.75 * b)
     assert all(calls == 5 for _, calls in fsdp.values())

@@ -249,12 +249,15 @@ def max_params_that_fit(
 
 
 def comm_per_step(params: float, devices: int, strategy: str, *, dtype: str = "float32",
-                  units: int = 1, root_params: float = 0) -> dict[str, tuple[float, int]]:
+                  units: int = 1, root_params: float = 0,
+                  tensors: int = 0) -> dict[str, tuple[float, int]]:
     """Bytes each rank sends per training step, by collective: ``{name: (bytes, calls)}``.
 
     Ring formulas, for P bytes of parameters over N ranks: an all-reduce sends
     2 (N-1)/N P per rank; a reduce-scatter or an all-gather (N-1)/N P, half of that.
-    ``zero`` adds the broadcast of each updated shard (an all-gather's worth). ``zero2``
+    ``zero`` adds the broadcast of each updated shard (an all-gather's worth of bytes), in
+    one call per parameter tensor where ``tensors`` is given (ZeroRedundancyOptimizer's
+    default, ``parameters_as_bucket_view=False``), else one per rank (the bucket view). ``zero2``
     reduce-scatters the gradients and all-gathers the parameters once per step (DDP's
     bytes). ``fsdp`` all-gathers each of its ``units`` before forward and, as it freed them
     after forward, again before backward, except the root unit (``root_params`` of the
@@ -274,7 +277,8 @@ def comm_per_step(params: float, devices: int, strategy: str, *, dtype: str = "f
     if strategy == "ddp":
         return {"all-reduce gradients": (2 * share, 1)}
     if strategy == "zero":
-        return {"all-reduce gradients": (2 * share, 1), "broadcast parameters": (share, devices)}
+        return {"all-reduce gradients": (2 * share, 1),
+                "broadcast parameters": (share, tensors or devices)}
     if strategy == "zero2":
         return {"all-gather parameters": (share, units), "reduce-scatter gradients": (share, units)}
     regathered = share * (1 - root_params / params) if params else 0
