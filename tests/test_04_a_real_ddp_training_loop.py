@@ -121,8 +121,9 @@ def test_the_proof_holds_with_every_cpu_kernel(capability, nproc, threads, setup
         assert m["cpu_capability"] == capability.upper()
     cases = m["cases"]
     assert cases["mean"]["max_abs_diff"] < 1e-12 and cases["sum_scaled"]["max_abs_diff"] < 1e-12
-    assert min(m["fp32_floor"].values()) > 0  # a reordered fp32 sum is never exact here
-    floor = max(m["fp32_floor"].values())
+    floor = max(m["fp32_floor"].values())  # one process's summation orders, pair by pair
+    assert floor > 0  # reordered fp32 sums: some orders end apart
+    assert max(m["fp32_ddp_vs_orders"].values()) <= 2 * floor  # DDP: one more order
     assert cases["sum"]["max_abs_diff"] > 100 * floor
     assert cases["batchnorm"]["max_abs_diff"] > 100 * floor
 

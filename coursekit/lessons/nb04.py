@@ -45,13 +45,41 @@ def plot_scalars(scalars: dict) -> None:
     plt.show()
 
 
+def start_tensorboard(logdir):
+    """A TensorBoard server for logdir on a free local port, a child of this kernel: on Linux it
+    gets SIGTERM when the kernel dies (PR_SET_PDEATHSIG), on every platform at a normal exit."""
+    import atexit
+    import ctypes
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    def die_with_kernel():  # Linux: the server gets SIGTERM when this kernel dies
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+    with socket.socket() as s:  # a free port on this machine
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
+         "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_kernel if sys.platform == "linux" else None)  # fmt: skip
+    atexit.register(server.terminate)  # a normal shutdown, on every platform
+    print(f"TensorBoard (pid {server.pid}) serves {logdir} at http://127.0.0.1:{port}/")
+    return server
+
+
 def plot_resume(losses: dict, *, resumed_from: int, crashed_at: int) -> None:
     """The training loss of each run ({label: (steps, values)}, the uninterrupted one first),
-    a line at the step the resumed run started from."""
+    a line at the step the crashed run died and one at the step the resumed run started from."""
     fig, ax = plt.subplots(figsize=(8, 3))
     for (label, curve), style in zip(losses.items(), ["-", ":", "--"], strict=True):
         ax.plot(*curve, style, label=label, linewidth=2 if style == "-" else 1.5)
-    ax.axvline(resumed_from, color="gray", linewidth=0.8)
+    ax.axvline(crashed_at, color="tab:red", linewidth=1.2, label=f"crash (step {crashed_at})")
+    ax.axvline(resumed_from, color="gray", linewidth=0.8,
+               label=f"last checkpoint (step {resumed_from})")
     ax.set(xlabel="optimizer step", ylabel="training loss (rank 0, cross-entropy)",
            title=f"crash at step {crashed_at}, resume from the checkpoint of step {resumed_from}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # outside: covers no curve
@@ -108,6 +136,27 @@ def claim_eval_equal(claims, *, correct_diff: int, loss_diff: float) -> bool:
     ).held
 
 
+def claim_same_log(claims, *, step2: dict, step4: dict) -> bool:
+    """Whether step 4's log repeats step 2's: the same training losses, and at every evaluation
+    the same accuracy and the loss below the log's last printed digit (it prints 4 decimals)."""
+    losses_differing = sum(a != b for a, b in zip(step2["losses"], step4["losses"], strict=True))
+    pairs = list(zip(step2["evals"], step4["evals"], strict=True))
+    return claims.check(
+        "step 4's log repeats step 2's number for number: the training loss of all {steps} "
+        "steps bit for bit, and at each of the {evals} evaluations the same test accuracy and a "
+        "test loss at most {loss_diff:.1e} apart, below the log's 4 decimals: sharing the "
+        "evaluation changed no result", "losses_differing == 0 and acc_differing == 0 and "
+        "loss_diff < 5e-5", steps=len(step2["losses"]), evals=len(pairs),
+        losses_differing=losses_differing,
+        acc_differing=sum(a["test_acc"] != b["test_acc"] for a, b in pairs),
+        loss_diff=max(abs(a["test_loss"] - b["test_loss"]) for a, b in pairs),
+        otherwise="step 4's log differs from step 2's: {losses_differing} of its training losses "
+        "and {acc_differing} of its test accuracies, its test losses by up to {loss_diff:.1e}: "
+        "the training "
+        "changed, or the shared evaluation scores other samples or other BatchNorm buffers "
+        "(not measured here)").held  # fmt: skip
+
+
 def _learning(main: dict) -> tuple[float, float, list[float]]:
     """The first and final training loss (3 steps' mean each) and the test accuracies (before
     training, then after each epoch)."""
@@ -139,7 +188,7 @@ def claim_learning(claims, *, main: dict) -> None:
 
 def save(setup, claims, tasks, *, main: dict, reshuffles: bool, duplicates: int, scalars: dict,
          crashed, saved: dict, final_resumed: dict, resume_diff: float, dist: tuple,
-         single: tuple, eval_equal: bool) -> None:  # fmt: skip
+         single: tuple, eval_equal: bool, same_log: bool) -> None:  # fmt: skip
     """The results record; ``dist`` and ``single``: (accuracy, loss) all-reduced and in one
     process."""
     first_loss, final_loss, accs = _learning(main)
@@ -155,6 +204,7 @@ def save(setup, claims, tasks, *, main: dict, reshuffles: bool, duplicates: int,
         "resume_max_param_diff": resume_diff,
         "eval_distributed_acc": dist_acc, "eval_single_process_acc": single_acc,
         "eval_loss_diff": abs(single_loss - dist_loss), "eval_equal": eval_equal,
+        "step4_log_equals_step2": same_log,
     }, setup, claims=claims, tasks=tasks)  # fmt: skip
 
 
