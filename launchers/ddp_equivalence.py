@@ -8,7 +8,8 @@ slice of B/N; then compares every parameter. In float64 (rounding about 1e-16): 
 (equal, asserted), a sum loss (DDP averages: N times too small a step), a sum loss with DDP's
 lr x N (equal, asserted), BatchNorm (per-rank statistics), SyncBatchNorm (equal, asserted; DDP
 refuses it on CPU). In float32 the mean case stands beside its noise floor: the same single
-process on the same batches summed in another order (DDP's fp32 sum is reordered too).
+process on the same batches summed in other orders, compared pair by pair (DDP's fp32 sum is
+one more order), and DDP compared with each of them.
 """
 
 import argparse
@@ -29,7 +30,8 @@ F64_EQUAL = 1e-9
 
 
 def run_case(name, norm, reduction, lr_factor, args, device, batches, sync_bn=False):
-    """Train (a) alone on global batches and (b) under DDP on this rank's slices; compare."""
+    """Train (a) alone on global batches and (b) under DDP on this rank's slices; compare.
+    -> (the comparison, the single process's model, the DDP-trained model)"""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     b = args.batch_size  # per rank; the global batch is b x world_size
     my_slices = [(gx[rank * b : (rank + 1) * b], gy[rank * b : (rank + 1) * b])
@@ -49,7 +51,8 @@ def run_case(name, norm, reduction, lr_factor, args, device, batches, sync_bn=Fa
     diff = max_diff(model, single)
     if rank == 0:
         print(f"{name:<11} {str(dtype).removeprefix('torch.'):<8} max |DDP - single| = {diff:.3e}")
-    return {"max_abs_diff": diff, "bitwise_equal": diff == 0.0, "dtype": str(dtype)}, single
+    result = {"max_abs_diff": diff, "bitwise_equal": diff == 0.0, "dtype": str(dtype)}
+    return result, single, model
 
 
 def main():
@@ -90,11 +93,13 @@ def main():
         syncbn = f"{type(err).__name__}: {str(err).splitlines()[0]}"
         if rank == 0:
             print(f"syncbn      could not run here: {syncbn}")
-    fp32, single32 = run_case("mean", "layer", "mean", 1, args, device, batches[torch.float32])
-    floors = fp32_noise_floor(args, device, batches[torch.float32], single32)
+    fp32, single32, ddp32 = run_case("mean", "layer", "mean", 1, args, device,
+                                     batches[torch.float32])  # fmt: skip
+    floors, fp32_ddp = fp32_noise_floor(args, device, batches[torch.float32], single32, ddp32)
     if rank == 0:
-        print("fp32 noise floor: one process against itself, the same batches summed in "
-              "another order: " + ", ".join(f"{k} {v:.3e}" for k, v in floors.items()))
+        print(f"fp32 noise floor: one process in {len(fp32_ddp)} summation orders, pair by pair: "
+              f"{min(floors.values()):.3e} to {max(floors.values()):.3e}; DDP against each order: "
+              f"{min(fp32_ddp.values()):.3e} to {max(fp32_ddp.values()):.3e}")
 
     for name in ("mean", "sum_scaled", "syncbn"):  # the cases that must match: float64 rounding
         if name in cases:
@@ -107,6 +112,7 @@ def main():
             json.dump({"world_size": world_size, "backend": backend, "ranks": gathered,
                        "global_batch": B, "steps": args.steps, "cases": cases, "syncbn": syncbn,
                        "f64_equal_below": F64_EQUAL, "fp32_mean": fp32, "fp32_floor": floors,
+                       "fp32_ddp_vs_orders": fp32_ddp,
                        "cpu_capability": torch.backends.cpu.get_cpu_capability()}, f)
     dist.destroy_process_group()
 

@@ -1,6 +1,7 @@
 """Notebook 05: accumulation with no_sync, mixed precision and compile, the proof; the
 learner's tasks: the accumulation step (written, checked by the facts, its catalogue of
-planted mistakes) and the all-reduce counts (predicted)."""
+planted mistakes) and the all-reduce counts of two K = 8 runs (predicted; its planted wrong
+predictions rejected with their mistakes named)."""
 
 import importlib.util
 from pathlib import Path
@@ -40,12 +41,17 @@ def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path, monkeypatc
     r = execute_notebook("05", tmp_path, NPROC=nproc)
     assert r["world_size"] == nproc
     # the reference step passes the check; the reference counts match the comm hook's
-    assert solved(r) == {"accumulation_step": True, "allreduces": True}
-    # one bucket: one all-reduce per optimizer step, the steps the prediction cell printed
+    assert solved(r) == {"accumulation_step": True, "allreduces_k8": True}
+    # one bucket: one all-reduce per optimizer step, the steps the runs' cell printed
     assert r["allreduces_large_batch"] == r["accum_optimizer_steps"]
     # no_sync: K times fewer all-reduces than syncing every micro-batch (counts: exact)
     assert r["allreduces_no_sync"] == r["allreduces_large_batch"]
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
+    # K = 8 micro-batches of half the samples: the same steps; no_sync's count stays, the other's
+    # doubles
+    assert r["k8_optimizer_steps"] == r["accum_optimizer_steps"]
+    assert r["allreduces_k8_no_sync"] == r["allreduces_no_sync"]
+    assert r["allreduces_k8_sync_every_micro_step"] == 2 * r["allreduces_sync_every_micro_step"]
     # every accumulation run learns (no normalisation, SGD): accuracy gained from chance
     assert r["accum_min_test_acc_gain"] > 0
     assert min(r["step_ms_fp32"], r["step_ms_bf16"], r["step_ms_compile"]) > 0
@@ -63,8 +69,12 @@ def test_accumulation_amp_compile_and_proof_notebook(nproc, tmp_path, monkeypatc
     assert (payback[0]["outcome"] == "skipped") == (compiled["outcome"] != "held")
     # the compile pitfall of this torch: DDP(nn.Sequential) compiles nothing, DDP(Net) compiles
     assert r["compiled_graphs_sequential"] == 0 and r["compiled_graphs_net"] >= 1
+    assert r["compile_run_unique_graphs"] >= 1  # the timed compile run compiled something
     # the proof, in float64: the mathematics, on any CPU (expect ~1e-16)
     assert r["proof_f64_mean_diff"] < 1e-12 and r["proof_f64_sum_scaled_diff"] < 1e-12
+    # float32: DDP within twice the spread of one process's summation orders (pair by pair)
+    assert 0 < r["proof_fp32_floor_max"] and r["proof_fp32_ddp_vs_orders_max"] <= 2 * r[
+        "proof_fp32_floor_max"]
     # the planted mistakes are real differences, far above the fp32 floor of the same run
     assert r["proof_f64_sum_unscaled_diff"] > 100 * r["proof_fp32_floor_max"]
     assert r["proof_f64_batchnorm_diff"] > 100 * r["proof_fp32_floor_max"]
@@ -80,7 +90,7 @@ def test_wrong_answers_through_the_whole_notebook(tmp_path, monkeypatch):
     tasks are NOT YET and the notebook runs to its end."""
     monkeypatch.setenv("COURSE_SOLUTIONS", str(WRONG / "nb05"))
     r = execute_notebook("05", tmp_path, attendee_loop=True, NPROC=3)
-    assert solved(r)["accumulation_step"] is False and solved(r)["allreduces"] is False
+    assert solved(r)["accumulation_step"] is False and solved(r)["allreduces_k8"] is False
     assert r["allreduces_sync_every_micro_step"] == r["accum_steps"] * r["allreduces_no_sync"]
 
 
@@ -104,6 +114,44 @@ def test_the_accumulation_check_names_every_planted_mistake(tmp_path):
         raise NotImplementedError
 
     assert check(starter)[0] is None
+
+
+# planted wrong predictions of the K = 8 runs' all-reduces (no_sync, sync every micro-batch), from
+# runs of S optimizer steps (one bucket): each NOT YET, with the mistake it makes named
+S = 192
+K4 = {"large batch": {"allreduces": S, "steps": S}, "no_sync": {"allreduces": S, "steps": S},
+      "sync every micro-batch": {"allreduces": 4 * S, "steps": S}}
+K8 = {"no_sync": {"allreduces": S, "steps": S},
+      "sync every micro-batch": {"allreduces": 8 * S, "steps": S}}
+WRONG_COUNTS = {
+    (1, 8): "those are per optimizer step",
+    (2 * S, 16 * S): "the steps stay 192",
+    (S // 2, 4 * S): "the steps stay 192",
+    (8 * S, 8 * S): "no_sync skips the all-reduce of every micro-batch but the last",
+    (2 * S, 8 * S): "no_sync's count does not grow with K",
+    (S, 7 * S): "7 per step is K - 1",
+    (S, 4 * S): "8 per step now, not 4",
+    (S, S): "without no_sync every micro-batch's backward all-reduces",
+}
+
+
+def test_the_allreduce_prediction_names_every_planted_mistake(capsys):
+    """The prediction cell's verdict (tasks.predict, with the lesson's why) on every planted
+    wrong count: NOT YET, each naming its own mistake; the right counts solved."""
+    import coursekit
+    from coursekit.lessons import nb05
+
+    tasks, measured, said = coursekit.Tasks(), (S, 8 * S), {}
+    for guess, mistake in WRONG_COUNTS.items():
+        why = nb05.allreduces_k8_why(guess, k4=K4, k8=K8)
+        assert tasks.predict("allreduces_k8", guess, measured, why=why) is False
+        shown = capsys.readouterr().out
+        assert shown.startswith("NOT YET") and mistake in shown, (guess, shown)
+        said[guess] = why
+    assert len(set(said.values())) == len(said) - 1  # the two "steps stay" share theirs
+    assert tasks.predict("allreduces_k8", measured, measured) is True
+    reference = load_module(ROOT / "solutions" / f"{STEM}.py").allreduces_k8
+    assert tuple(reference(S)) == measured
 
 
 def test_fp16_with_a_grad_scaler_trains_on_cpu():

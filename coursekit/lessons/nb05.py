@@ -22,6 +22,79 @@ def _gains(accum: dict) -> dict:
             for name, m in accum.items()}
 
 
+def plot_proof(proof: dict) -> None:
+    """float64: DDP against one process per case; float32: DDP against each of one process's
+    summation orders, beside those orders against each other (the noise floor, pair by pair)."""
+    import matplotlib.pyplot as plt
+
+    cases, equal = proof["cases"], proof["f64_equal_below"]
+    ddp, pairs = proof["fp32_ddp_vs_orders"], proof["fp32_floor"]
+    tiny = 1e-18  # a place on the log axis for an exact 0
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3), gridspec_kw={"width_ratios": [3, 2]})
+    names = list(cases)
+    ax1.bar(names, [max(cases[n]["max_abs_diff"], tiny) for n in names],
+            color=["tab:green" if cases[n]["max_abs_diff"] < equal else "tab:red" for n in names])
+    ax1.axhline(equal, color="gray", linestyle=":", label="'equal' below 1e-9")
+    ax1.set(title="float64: DDP vs one process", xlabel="case (loss, normalisation)")
+    ax1.legend(loc="upper left", bbox_to_anchor=(0, -0.3), fontsize=8)  # below: covers no bar
+    for x, (values, color) in enumerate([(ddp.values(), "tab:blue"), (pairs.values(), "gray")]):
+        values = sorted(max(v, tiny) for v in values)
+        offsets = [0.3 * (i / max(1, len(values) - 1) - 0.5) for i in range(len(values))]
+        ax2.scatter([x + o for o in offsets], values, color=color, s=14)
+    ax2.set_xticks([0, 1], [f"DDP vs each order ({len(ddp)})", f"order vs order ({len(pairs)})"])
+    ax2.set(title=f"float32: one process's {len(ddp)} orders pairwise (gray), DDP vs each (blue)",
+            xlim=(-0.6, 1.6), xlabel="the runs compared (each point: two runs)")
+    for ax in (ax1, ax2):
+        ax.set(yscale="log", ylim=(tiny / 10, 1), ylabel="max |param difference|")
+        ax.title.set_fontsize(9)
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle(f"{proof['world_size']} rank(s) x {proof['global_batch'] // proof['world_size']} "
+                 f"vs one process x {proof['global_batch']}, {proof['steps']} SGD steps; points "
+                 "and bars at 1e-18 are exact zeros", fontsize=9)  # fmt: skip
+    plt.tight_layout()
+    plt.show()
+    if proof["world_size"] == 1:
+        print("1 rank: nothing to split, DDP runs the single process's operations on the whole "
+              "batch")
+
+
+def allreduces_k8_why(guess, *, k4: dict, k8: dict) -> str:
+    """What a wrong prediction of the K = 8 runs' all-reduces (no_sync, sync every micro-batch)
+    missed, named from the runs' counted facts: ``k4`` and ``k8``, {run: its metrics}, the
+    three runs with K = 4 and the two with K = 8."""
+    no_sync, sync_every = (m["allreduces"] for m in k8.values())
+    steps = next(iter(k8.values()))["steps"]  # optimizer steps of each K = 8 run
+    K = round(sync_every / no_sync)  # micro-batches per step: every one synced
+    per_bucket = no_sync // steps  # all-reduces per synchronised backward (buckets)
+    general = (f"one all-reduce per bucket ({per_bucket}) and synchronised backward: no_sync lets "
+               f"only the last of the K = {K} micro-batches sync, once per optimizer step "
+               f"({steps} steps); syncing every micro-batch, all {K} do")
+    if not isinstance(guess, list | tuple) or len(guess) != 2:
+        return "give two counts, (no_sync, sync every micro-batch): " + general
+    a, b = guess
+    k4_sync = k4["sync every micro-batch"]["allreduces"]
+    k4_K = round(k4_sync / k4["no_sync"]["allreduces"])
+    for wrong, mistake in [  # the first that fits is named
+        ((a, b) == (no_sync / steps, sync_every / steps), f"those are per optimizer step: each "
+         f"run makes {steps}, and the hook counts the whole run"),
+        ((a, b) in ((2 * no_sync, 2 * sync_every), (no_sync / 2, sync_every / 2)), f"the steps "
+         f"stay {steps}: {K} micro-batches of half the samples are the same samples per step"),
+        (a == sync_every, "no_sync skips the all-reduce of every micro-batch but the last: one "
+         "per optimizer step, not one per micro-batch"),
+        (a == 2 * no_sync, f"no_sync's count does not grow with K: the last micro-batch syncs "
+         f"once per step, however many come before it ({steps} steps, as with K = 4)"),
+        ((K - 1) * steps in (a, b), f"{K - 1} per step is K - 1: no_sync skips K - 1 "
+         f"all-reduces and keeps 1; syncing every micro-batch makes all {K}"),
+        (b == k4_sync, f"syncing every micro-batch all-reduces once per micro-batch: {K} per step "
+         f"now, not {k4_K}"),
+        (b in (no_sync, a), "without no_sync every micro-batch's backward all-reduces: K per "
+         "optimizer step"),
+    ]:
+        if wrong:
+            return mistake
+    return general
+
+
 def claim_accumulation(claims, *, K: int, accum: dict, accum_diff: dict, ms: dict) -> None:
     """The all-reduce counts, parameters, learning and step times of the accumulation runs."""
     spread = SPREAD
@@ -104,21 +177,22 @@ def claim_speed(claims, *, speed: dict, speed_ms: dict, hardware: str, backend: 
 
 def claim_compile_graphs(claims, *, sequential_graphs: int, net_graphs: int,
                          torch_version: str) -> None:  # fmt: skip
-    """How many graphs torch.compile captured of DDP(nn.Sequential) and of DDP(Net)."""
+    """How many graphs Dynamo captured of DDP(nn.Sequential) and of DDP(Net), both counted by
+    torch._dynamo.explain in the kernel."""
     claims.check(
-        "torch.compile(DDP(nn.Sequential(...))) captures no graph here, while "
-        "torch.compile(DDP(Net())) captures {net_graphs}",
+        "Dynamo captures no graph of DDP(nn.Sequential(...)) here and {net_graphs} of "
+        "DDP(Net()), both counted by torch._dynamo.explain",
         "sequential_graphs == 0 and net_graphs >= 1",
         sequential_graphs=sequential_graphs, net_graphs=net_graphs, torch=torch_version,
-        otherwise="with torch {torch} DDP(nn.Sequential) gave {sequential_graphs} graph(s) and "
-        "DDP(Net) {net_graphs}: this release compiles differently, so the pitfall may be gone "
-        "(or new): the counts are what to trust")
+        otherwise="with torch {torch} torch._dynamo.explain counted {sequential_graphs} graph(s) "
+        "of DDP(nn.Sequential) and {net_graphs} of DDP(Net): this release compiles differently, "
+        "so the pitfall may be gone (or new): the counts are what to trust")
 
 
 def claim_proof(claims, *, proof: dict) -> None:
     """DDP == one process: in float64 to rounding, in float32 within one process's own
     reorderings, and the planted mistakes far above that floor."""
-    cases, fp32, floor = proof["cases"], proof["fp32_mean"], proof["fp32_floor"]
+    cases, floor = proof["cases"], proof["fp32_floor"]
     floor_max = max(floor.values())
     claims.check(
         "in float64, DDP over {ranks} rank(s) equals one process with the global batch (max "
@@ -127,14 +201,16 @@ def claim_proof(claims, *, proof: dict) -> None:
         mean=cases["mean"]["max_abs_diff"], sum_scaled=cases["sum_scaled"]["max_abs_diff"],
         otherwise="the float64 difference is {mean:.1e}: more than rounding, so DDP did not take "
         "the single process's step (a bug, not noise: the launcher asserts this)")
+    ddp = proof["fp32_ddp_vs_orders"]
     claims.check(
-        "in float32, DDP differs from one process ({ddp:.1e}) no more than one process differs "
-        "from itself when it sums the same batches in another order (up to {floor_max:.1e})",
-        "ddp <= 2 * floor_max", ddp=fp32["max_abs_diff"], floor_max=floor_max,
-        floor_min=min(floor.values()), otherwise="DDP's fp32 difference {ddp:.1e} exceeds every "
-        "reordering of the single process ({floor_min:.1e} to {floor_max:.1e}): likely a "
-        "discrete choice (a max-pool's winner, a ReLU at zero) flipped by rounding, not measured "
-        "here; float64 decides")
+        "in float32, DDP differs from one process summing the same batches in {orders} orders by "
+        "{ddp_min:.1e} to {ddp_max:.1e}: the size of those orders' differences from each other "
+        "({floor_min:.1e} to {floor_max:.1e}, pair by pair)", "ddp_max <= 2 * floor_max",
+        orders=len(ddp), ddp_min=min(ddp.values()), ddp_max=max(ddp.values()),
+        floor_min=min(floor.values()), floor_max=floor_max, otherwise="DDP's fp32 difference "
+        "from one process's orders, up to {ddp_max:.1e}, exceeds twice the largest difference "
+        "between two of them ({floor_max:.1e}): likely a discrete choice (a max-pool's winner, "
+        "a ReLU at zero) flipped by rounding, not measured here; float64 decides")
     if proof["world_size"] > 1:
         claims.check(
             "the planted mistakes stand far above the fp32 noise floor: a sum loss at the same lr "
@@ -147,9 +223,9 @@ def claim_proof(claims, *, proof: dict) -> None:
             "small a learning rate, not measured here")
 
 
-def save(setup, claims, tasks, *, proof: dict, K: int, steps: int, accum: dict, accum_diff: dict,
-         ms: dict, speed: dict, speed_ms: dict, compile_backend: str, net_graphs: int,
-         sequential_graphs: int) -> None:  # fmt: skip
+def save(setup, claims, tasks, *, proof: dict, K: int, steps: int, accum: dict, k8: dict,
+         accum_diff: dict, ms: dict, speed: dict, speed_ms: dict, compile_backend: str,
+         net_graphs: int, sequential_graphs: int) -> None:  # fmt: skip
     """The results record."""
     cases, fp32, floor = proof["cases"], proof["fp32_mean"], proof["fp32_floor"]
     floor_max = max(floor.values())
@@ -161,6 +237,9 @@ def save(setup, claims, tasks, *, proof: dict, K: int, steps: int, accum: dict, 
             ("large_batch", "large batch"), ("no_sync", "no_sync"),
             ("sync_every_micro_step", "sync every micro-batch"))},
         "no_sync_allreduce_saving": saving, "accum_optimizer_steps": steps,
+        "allreduces_k8_no_sync": k8["no_sync"]["allreduces"],
+        "allreduces_k8_sync_every_micro_step": k8["sync every micro-batch"]["allreduces"],
+        "k8_optimizer_steps": k8["no_sync"]["steps"],
         "accum_min_test_acc_gain": min(gains.values()),
         "accum_max_param_diff_no_sync": accum_diff["no_sync"],
         "accum_max_param_diff_sync_every": accum_diff["sync every micro-batch"],
@@ -172,11 +251,13 @@ def save(setup, claims, tasks, *, proof: dict, K: int, steps: int, accum: dict, 
         "compile_first_step_s": speed["compile"]["first_step_s"],
         "compile_backend": compile_backend,
         "compiled_graphs_net": net_graphs, "compiled_graphs_sequential": sequential_graphs,
+        "compile_run_unique_graphs": speed["compile"]["compiled_graphs"],  # Dynamo's counters
         **{f"proof_f64_{k}_diff": cases[n]["max_abs_diff"] for k, n in (
             ("mean", "mean"), ("sum_scaled", "sum_scaled"), ("sum_unscaled", "sum"),
             ("batchnorm", "batchnorm"))},
         "proof_fp32_diff": fp32["max_abs_diff"], "proof_fp32_floor_min": min(floor.values()),
         "proof_fp32_floor_max": floor_max,
+        "proof_fp32_ddp_vs_orders_max": max(proof["fp32_ddp_vs_orders"].values()),
         "proof_syncbn": (proof["syncbn"] if proof["syncbn"] == "ran"
                          else "not on this tier: " + proof["syncbn"]),
     }, setup, claims=claims, tasks=tasks)  # fmt: skip

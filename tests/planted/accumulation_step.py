@@ -3,7 +3,7 @@
 Each is REFERENCE edited (tests/task_kit.py, planted).
 
 SHARED: they were written against a plainer form of the reference: no docstring, the loss
-divided on one line, zero_grad() with its default, no allreduces() (the other task's answer).
+divided on one line, zero_grad() with its default, no allreduces_k8() (the other task's answer).
 """
 
 REFERENCE = "solutions/05_accumulation_mixed_precision_and_the_proof.py"
@@ -31,11 +31,13 @@ SHARED = [
     optimizer.zero_grad(set_to_none=True)
 
 
-def allreduces(steps, K):
-    """All-reduces of the whole run, (large batch, no_sync, sync every micro-batch), given
-    its optimizer steps: Net's gradients fit in one bucket, so one all-reduce per
-    synchronised backward: one per step, but K per step when every micro-batch syncs."""
-    return steps, steps, K * steps
+def allreduces_k8(steps):
+    """All-reduces of the two K = 8 runs, (no_sync, sync every micro-batch), from the K = 4
+    runs' optimizer steps: 8 micro-batches of 4 are the same 32 samples per step, so the same
+    steps. Net's gradients fit in one bucket: one all-reduce per synchronised backward. no_sync
+    lets only the last micro-batch sync, once per step whatever K; syncing every micro-batch
+    makes all 8 reduce."""
+    return steps, 8 * steps
 ''', '''\
     optimizer.zero_grad()
 '''),

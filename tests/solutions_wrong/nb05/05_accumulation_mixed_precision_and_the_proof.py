@@ -1,6 +1,6 @@
 """Deliberately wrong answers to notebook 05's tasks, for a run of the whole notebook: the
 accumulation step with its forward outside no_sync (K all-reduces per step), and a
-prediction that forgets that no_sync still syncs once per step."""
+prediction that lets no_sync's all-reduces grow with K (twice the K = 4 run's)."""
 
 from contextlib import nullcontext
 
@@ -17,5 +17,5 @@ def accumulation_step(ddp_model, optimizer, micro_batches):
     optimizer.zero_grad()
 
 
-def allreduces(steps, K):
-    return steps, 0, K * steps
+def allreduces_k8(steps):
+    return 2 * steps, 8 * steps
