@@ -591,7 +591,7 @@ def print_table(rows: list[dict]) -> None:
         if i == 0:
             print("-" * min(120, sum(widths) + 2 * len(widths) + 10))
     for r in rows:
-        if r["status"] != "passed":
+        if r["status"] not in ("passed", "cut"):  # the cut ones: one line after the table
             where = f"cell {r['failed_cell']}: " if r["failed_cell"] is not None else ""
             print(f"  {r['notebook']}: {where}{r['error'][:150]}")
             if r.get("launch_error"):
@@ -664,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     for result in probes.values():
         result["diagnosis"] = diagnose(result.get("error", ""), matches)
     for r in rows:
-        r["diagnosis"] = diagnose(f"{r['error']} {r['launch_error']}".strip(), matches)
+        r["diagnosis"] = ("" if r["status"] == "cut" else
+                          diagnose(f"{r['error']} {r['launch_error']}".strip(), matches))
 
     ranks = probes["allreduce"].get("metrics", {}).get("world_size")
     if probes["allreduce"].get("backend") == "nccl":

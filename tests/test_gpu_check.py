@@ -289,3 +289,12 @@ def test_a_budget_too_small_for_notebook_00_is_refused_before_anything_runs(tmp_
                            "--build", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--budget (BUDGET=) 60 s" in proc.stderr
     assert "at least 120 s" in proc.stderr and not (tmp_path / "notebooks").exists()
+
+
+def test_a_cut_notebook_is_no_failure_and_gets_no_diagnosis(tmp_path, capsys):
+    cut = gpu_check.notebook_row("08_x", tmp_path / "none", "cut", 0.0,
+                                 "the budget was spent before it could start", 0, [])
+    cut["diagnosis"] = ""
+    gpu_check.print_table([cut])
+    printed = capsys.readouterr().out
+    assert printed.count("08_x") == 1 and "defect" not in printed  # its row, nothing more
