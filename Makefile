@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions=$(SOLUTIONS)) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab screen progress bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
+.PHONY: setup verify test lint lab sync screen progress bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
         site reset clean
 
 setup: $(STAMP)
@@ -78,6 +78,9 @@ site: setup  ## the course as a static website in build/site/, from the last ver
 lab: setup
 	@if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so JupyterLab gets --allow-root"; fi
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+sync: setup  ## every launcher from its notebook's %%writefile cell (--check: the differing lines)
+	$(PY) scripts/sync_launchers.py $(if $(CHECK),--check)
 
 screen: setup  ## what a learner sees: visible lines, bookkeeping share, long cells, launchers off screen
 	$(PY) -m coursekit.screen $(ONLY)

@@ -13,6 +13,9 @@ from conftest import NOTEBOOKS, ROOT
 import coursekit
 from coursekit.course import CHECKER, COURSE, LAUNCHER, launcher_kinds
 
+sys.path.insert(0, str(ROOT / "scripts"))
+import sync_launchers  # noqa: E402
+
 LAUNCHERS = ROOT / "launchers"
 KIND = launcher_kinds()  # every file of launchers/ -> its kind, from the course table
 SOLUTIONS = ROOT / "solutions"
@@ -56,16 +59,8 @@ QUICK_ARGS = {
                      "--bucket-batch", "2", "--layers", "4"],
 }
 def writefile_cells() -> dict[Path, tuple[str, str]]:
-    """launcher path -> (notebook name, the cell's body), for every %%writefile cell."""
-    cells = {}
-    for notebook in NOTEBOOKS:
-        for cell in nbformat.read(notebook, as_version=4).cells:
-            if cell.cell_type == "code" and cell.source.startswith("%%writefile"):
-                first, body = cell.source.split("\n", 1)
-                target = (notebook.parent / first.split()[1]).resolve()
-                assert target not in cells, f"{target.name} is written by two cells"
-                cells[target] = (notebook.name, body)
-    return cells
+    """launcher path -> (notebook name, the text its %%writefile cell writes)."""
+    return sync_launchers.writefile_cells(NOTEBOOKS[0].parent)
 
 
 def torchrun_launchers() -> list[Path]:
@@ -74,13 +69,29 @@ def torchrun_launchers() -> list[Path]:
     return sorted(p for p in LAUNCHERS.glob("*.py") if KIND.get(p.name) in (LAUNCHER, CHECKER))
 
 
-def test_every_launcher_equals_its_writefile_cell():
+def test_every_launcher_equals_its_writefile_cell(capsys):
     cells = writefile_cells()
     committed = {p.resolve() for p in LAUNCHERS.glob("*.py") if KIND.get(p.name) != CHECKER}
     assert committed == set(cells), "every launcher but a checker is written by one notebook cell"
-    for path, (notebook, body) in cells.items():
-        # %%writefile writes the cell body; Jupyter keeps no trailing newline on cells
-        assert path.read_text() == body + "\n", f"{path.name} differs from its cell in {notebook}"
+    assert sync_launchers.main(["--check"]) == 0, capsys.readouterr().out  # the differing lines
+
+
+def test_the_sync_command_writes_a_launcher_from_its_cell_and_its_check_names_the_lines(
+        tmp_path, monkeypatch, capsys):  # fmt: skip
+    launcher = tmp_path / "launchers" / "demo.py"
+    (tmp_path / "notebooks").mkdir(parents=True)
+    launcher.parent.mkdir()
+    launcher.write_text("print('old')\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "%%writefile ../launchers/demo.py\nprint('new')")])  # fmt: skip
+    nbformat.write(nb, tmp_path / "notebooks" / "99_demo.ipynb")
+    monkeypatch.setattr(sync_launchers, "ROOT", tmp_path)
+    assert sync_launchers.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert "-print('old')" in out and "+print('new')" in out and "99_demo.ipynb" in out
+    assert launcher.read_text() == "print('old')\n"  # the check writes nothing
+    assert sync_launchers.main([]) == 0 and launcher.read_text() == "print('new')\n"
+    assert sync_launchers.main(["--check"]) == 0
 
 
 # notebooks that never run a launcher at 1 rank, on any tier: configure(min_nproc=2) gives
