@@ -7,7 +7,7 @@ from . import progress
 from .cells import show_diff, show_functions, show_lines, show_outline
 from .claims import Claim, Claims, claim, evaluate, outcome_of, spread
 from .config import ParameterError, Setup, configure
-from .exercises import Tasks, answer, answer_file, check_answer
+from .exercises import Tasks, answer, answer_file
 from .nodes import JobResult, run_nodes
 from .ranks import Ranks, live_ranks
 from .result import LauncherFailed, LauncherTimeout, RunResult
@@ -27,7 +27,6 @@ __all__ = [
     "Tasks",
     "answer",
     "answer_file",
-    "check_answer",
     "claim",
     "configure",
     "evaluate",

@@ -11,8 +11,8 @@
    (``make verify SOLUTIONS=1``, or the environment variable ``COURSE_SOLUTIONS`` naming a
    folder), it is the reference kept outside the notebooks, in ``solutions/``.
 3. A check cell that tests the answer against the facts (never against the reference)
-   and says right or wrong and why: ``coursekit.check_answer(ok, why_right, why_wrong)``.
-   A wrong answer does not stop the notebook: the learner reads why and tries again.
+   and records right or wrong and why with ``tasks.check`` (below). A wrong answer does not
+   stop the notebook: the learner reads why and tries again.
 
 :class:`Tasks` keeps a notebook's tasks and their outcomes (solved, not yet, not tried) for
 its results file, ``make progress`` and the verify report. Two kinds of task:
@@ -20,8 +20,8 @@ its results file, ``make progress`` and the verify report. Two kinds of task:
 - *predict, then measure*: the learner types a number or a choice before the cell that
   measures it; ``tasks.predict(name, guess, measured, ...)`` compares with the run's own
   figure (within its spread, or a tolerance) and says how far off;
-- *write it*: ``tasks.check(name, ok, why_right, why_wrong)`` after a check against the facts
-  (``check_answer`` with the task's name); ``tasks.hint(name, n)`` prints its n-th hint.
+- *write it*: ``tasks.check(name, ok, why_right, why_wrong)`` after a check against the facts;
+  ``tasks.hint(name, n)`` prints its n-th hint.
 """
 
 from __future__ import annotations
@@ -65,12 +65,6 @@ def answer_file(learner_file: str | os.PathLike, solution_name: str) -> Path:
         return Path(learner_file)
     print(f"(running the reference solution {folder.name}/{solution_name})")
     return folder / solution_name
-
-
-def check_answer(ok: bool, why_right: str, why_wrong: str) -> bool:
-    """Say right or wrong, and why; return ``ok`` for the results file."""
-    print(("RIGHT: " + why_right) if ok else ("NOT YET: " + why_wrong))
-    return bool(ok)
 
 
 SOLVED, NOT_YET, NOT_TRIED = "solved", "not yet", "not tried"

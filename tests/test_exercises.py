@@ -1,8 +1,9 @@
 """Every exercise in the course follows the one pattern (coursekit/exercises.py):
 
-a learner's cell, ``coursekit.answer(...)``/``coursekit.answer_file(...)``, a check cell with
-``coursekit.check_answer(...)``, a reference in solutions/, and a test module that runs the
-notebook with the reference (accepted) and with a deliberately wrong solution (rejected).
+a learner's cell, ``coursekit.answer(...)``/``coursekit.answer_file(...)``, a check recorded
+with ``tasks.check(...)`` or ``tasks.predict(...)``, a reference in solutions/, and a test
+module that runs the notebook with the reference (accepted) and with a deliberately wrong
+solution (rejected).
 The scan picks up every notebook that has exercises; it is itself tested on made-up cases.
 """
 
@@ -27,7 +28,8 @@ SETENV = re.compile(r"setenv\(\s*(?:\"COURSE_SOLUTIONS\"|'COURSE_SOLUTIONS'|SOLU
 
 
 def exercise_calls(notebook: Path) -> list[tuple[str, list[str]]]:
-    """(function, literal arguments) of every answer/answer_file/check_answer call."""
+    """(function, literal arguments) of every answer/answer_file call and task record
+    (tasks.check/tasks.predict, as "record")."""
     calls = []
     for cell in nbformat.read(notebook, as_version=4).cells:
         if cell.cell_type != "code" or cell.source.lstrip().startswith("%%"):
@@ -37,11 +39,11 @@ def exercise_calls(notebook: Path) -> list[tuple[str, list[str]]]:
             func = node.func if isinstance(node, ast.Call) else None
             if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                     and func.value.id in ("coursekit", "tasks")):  # fmt: skip
-                name = "check_answer" if (func.value.id == "tasks" and func.attr in (
-                    "check", "predict")) else func.attr  # a task's check (coursekit.Tasks)
-                if func.value.id == "tasks" and name != "check_answer":
+                name = "record" if (func.value.id == "tasks" and func.attr in (
+                    "check", "predict")) else func.attr  # a task's verdict (coursekit.Tasks)
+                if func.value.id == "tasks" and name != "record":
                     continue
-                if name in {"answer", "answer_file", "check_answer"}:
+                if name in {"answer", "answer_file", "record"}:
                     literals = [a.value if isinstance(a, ast.Constant) else None
                                 for a in node.args]  # positions kept: None where no literal
                     calls.append((name, literals))
@@ -56,8 +58,8 @@ def exercise_problems(notebook: Path, tests_dir: Path = TESTS,
     if not picks:
         return []
     problems = []
-    if not any(f == "check_answer" for f, _ in calls):
-        problems.append(f"{notebook.name}: no coursekit.check_answer(...) or tasks.check(...) "
+    if not any(f == "record" for f, _ in calls):
+        problems.append(f"{notebook.name}: no tasks.check(...) or tasks.predict(...) "
                         "cell checks the answer")
     for f, args in picks:
         if f == "answer":
@@ -122,7 +124,7 @@ def test_every_reference_solution_belongs_to_an_exercise():
 
 LEARNER = 'my_bytes = 0  # your answer'
 PICK = 'answer = coursekit.answer(my_bytes, "42_demo", "device0_bytes")'
-CHECK = 'ok = coursekit.check_answer(answer == 8, "right", "wrong")'
+CHECK = 'tasks.check("device0_bytes", answer == 8, "right", "wrong")'
 GOOD_TEST = '''
 def test_reference(monkeypatch, tmp_path):
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
@@ -154,7 +156,7 @@ def test_scan_accepts_a_complete_exercise(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"cells": [LEARNER, PICK]}, "no coursekit.check_answer"),
+    ({"cells": [LEARNER, PICK]}, "no tasks.check(...) or tasks.predict(...)"),
     ({"solution": None}, "solutions/42_demo.py is missing"),
     ({"solution": "other = 1\n"}, "does not define device0_bytes"),
     ({"test_text": GOOD_TEST.split("def test_wrong")[0]}, "with a wrong solution folder"),

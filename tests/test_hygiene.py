@@ -1,6 +1,7 @@
 """Notebooks are committed clean, share the parameters contract, and everything lints."""
 
 import ast
+import importlib
 import re
 import shutil
 import subprocess
@@ -146,3 +147,36 @@ def test_the_screen_counts_bookkeeping_long_cells_and_hidden_launchers(tmp_path)
     cells[3].source = 'coursekit.show_lines("../launchers/x.py", "x = 1", "x = 1")'
     nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
     assert screen(path).hidden_launchers == []
+
+
+DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "docker" / "README.md",
+             *sorted((ROOT / "docs").glob("*.md"))]  # fmt: skip
+CODE_NAME = re.compile(r"`(coursekit(?:\.[A-Za-z_]\w*)+)(?![\w*])")  # `coursekit.x.y`, not `x_*`
+FILE_NAME = re.compile(r"`((?:coursekit|launchers|scripts|tests|solutions|notebooks|docker|docs)"
+                       r"/[\w./-]+)`")  # fmt: skip
+
+
+def resolves(dotted: str) -> bool:
+    """A module, or a module's attribute chain (coursekit.Tasks.predict)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_the_docs_name_no_function_or_file_the_code_lacks():
+    missing = []
+    for doc in DOCUMENTS:
+        text = doc.read_text()
+        missing += [f"{doc.name}: {m}" for m in CODE_NAME.findall(text) if not resolves(m)]
+        missing += [f"{doc.name}: {p}" for p in FILE_NAME.findall(text)
+                    if "NN" not in p and not (ROOT / p.rstrip(".")).exists()]  # NN: a pattern
+    assert not missing, missing
