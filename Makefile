@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions=$(SOLUTIONS)) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab sync screen progress bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
+.PHONY: setup verify test lint lab sync claims screen progress bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
         site reset clean
 
 setup: $(STAMP)
@@ -81,6 +81,10 @@ lab: setup
 
 sync: setup  ## every launcher from its notebook's %%writefile cell (--check: the differing lines)
 	$(PY) scripts/sync_launchers.py $(if $(CHECK),--check)
+
+# make claims CHECK=1: write nothing, print the difference (the tests run the check)
+claims: setup  ## docs/claims.md, every claim of the course, from the source (seconds, no kernel)
+	$(PY) -m coursekit.claims_doc $(if $(CHECK),--check)
 
 screen: setup  ## what a learner sees: visible lines, bookkeeping share, long cells, launchers off screen
 	$(PY) -m coursekit.screen $(ONLY)

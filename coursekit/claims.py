@@ -264,11 +264,13 @@ class Claims(list):
         return made
 
     def check(self, text: str, condition: str, otherwise: str = "", expect: str = "",
-              **figures) -> Claim:  # fmt: skip
+              tie_condition: str = "", tie: str = "", **figures) -> Claim:  # fmt: skip
         """Make a claim, show it where it is made (one line), and keep it. ``expect``: the
         lesson's expectation in a plain sentence, where :meth:`Claim.expected`'s reading of the
-        sentence and its condition would not say it well."""
-        return self._keep(claim(text, condition, otherwise, expect=expect, **figures))
+        sentence and its condition would not say it well. ``tie_condition`` and ``tie``: a
+        claim over several spreads (see :meth:`compare`) says when none of its sides won."""
+        return self._keep(claim(text, condition, otherwise, tie_condition, tie, expect,
+                                **figures))  # fmt: skip
 
     def compare(self, text: str, less, more, otherwise: str, tie: str, paired: bool = True,
                 expect: str = "", **figures) -> Claim:  # fmt: skip
@@ -330,9 +332,6 @@ class Claims(list):
             print("\n".join(f"{o}: {n}" for o, n in counts.items()) + "\n" + note)
 
 
-DOC_ITEM = re.compile(r"^\d+\. \*\*[^*]+\*\* (.*)$")  # a claim's line in claims_markdown()
-
-
 def _figures_line(figures: dict) -> str:
     shown = []
     for name, value in figures.items():
@@ -369,16 +368,3 @@ def claims_markdown(claims_by_notebook: dict[str, list[dict]], heading: str) -> 
             lines.append(f"   - figures: {_figures_line(made.figures)}")
         lines.append("")
     return "\n".join(lines)
-
-
-def documented_templates(markdown: str) -> dict[str, set[str]]:
-    """Notebook -> the claim sentences (templates) a claims_markdown() text lists for it."""
-    found: dict[str, set[str]] = {}
-    notebook = None
-    for line in markdown.splitlines():
-        if line.startswith("## "):
-            notebook = line[3:].strip()
-            found[notebook] = set()
-        elif notebook and (match := DOC_ITEM.match(line)):
-            found[notebook].add(match.group(1))
-    return found

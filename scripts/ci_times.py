@@ -57,7 +57,9 @@ def record(setup_s: float, test_s: float, verify_s: float) -> dict:
         "slowest_tests": tests.get("slowest", [])[:SLOWEST_KEPT],
         "verify": {"tier": verified.get("tier"), "parameters": verified.get("parameters"),
                    "notebooks": [{"notebook": n["notebook"], "status": n["status"],
-                                  "seconds": round(n["seconds"], 1)}
+                                  "seconds": round(n["seconds"], 1),
+                                  "claims": n.get("claims_outcomes", {}),
+                                  "claims_not_held": n.get("claims_not_held", [])}
                                  for n in verified["notebooks"]]},
     }  # fmt: skip
     RECORD.parent.mkdir(parents=True, exist_ok=True)
@@ -91,9 +93,16 @@ def verify_seconds(figures: dict | None = None) -> dict[str, float]:
             if n["status"] == "passed"}  # fmt: skip
 
 
+def claim_counts(figures: dict) -> dict[str, dict[str, int]]:
+    """Notebook number -> its claims by outcome in the record's verify (none in older records)."""
+    return {n["notebook"][:2]: n["claims"] for n in figures.get("verify", {}).get("notebooks", [])
+            if n.get("claims")}  # fmt: skip
+
+
 def notebook_table(figures: dict) -> str:
     """Each notebook's full-size verify seconds in the record, and its class budget."""
     sys.path.insert(0, str(ROOT))
+    from coursekit.claims import MARKS
     from coursekit.report import class_minutes  # the course's own package, beside scripts/
 
     seconds = verify_seconds(figures)
@@ -103,14 +112,16 @@ def notebook_table(figures: dict) -> str:
                 "unsolved):")
     else:  # a record made before records kept them
         head = "The record has no verify seconds per notebook: the budgets count no running time."
-    lines = [head, "", "| notebook | verify seconds | class budget | after class |",
-             "|---|---|---|---|"]
+    lines = [head, "", "| notebook | verify seconds | class budget | after class | claims "
+             f"{' '.join(MARKS.values())} |", "|---|---|---|---|---|"]
     for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         run = seconds.get(notebook.name[:2])
         budget = class_minutes(notebook, run)
         shown = f"{run:.0f}" if run is not None else "not recorded"
         later = f"{budget['after_class']} min" if budget["after_class"] else "-"
-        lines.append(f"| {notebook.stem} | {shown} | {budget['minutes']} min | {later} |")
+        counts = claim_counts(figures).get(notebook.name[:2])
+        said = " ".join(str(counts.get(o, 0)) for o in MARKS) if counts else "not recorded"
+        lines.append(f"| {notebook.stem} | {shown} | {budget['minutes']} min | {later} | {said} |")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@
 
 Every figure comes from .ci/last-fresh-clone.json (scripts/ci_times.py). The files scanned:
 README.md, CONTRIBUTING.md, docker/README.md and docs/*.md (not docs/claims.md, which
-`make verify` writes). The check also fails when a block has left its file or a relative
+`make claims` writes). The check also fails when a block has left its file or a relative
 link in those files leads nowhere.
 
     python scripts/readme.py            # rewrite them
@@ -40,7 +40,7 @@ from coursekit.report import class_minutes  # noqa: E402
 
 README = ROOT / "README.md"
 MAP = ("<!-- course-map: begin (scripts/readme.py) -->", "<!-- course-map: end -->")
-NOT_SCANNED = {ROOT / "docs" / "claims.md"}  # written by make verify, not by this script
+NOT_SCANNED = {ROOT / "docs" / "claims.md"}  # written by make claims, not by this script
 
 # a block: its markers, what goes between them, and the file that must hold it
 BLOCKS: dict[str, tuple[tuple[str, str], Callable[[dict], str], str]] = {

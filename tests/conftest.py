@@ -23,10 +23,10 @@ import time_table  # noqa: E402
 import coursekit  # noqa: E402
 from coursekit import replay  # noqa: E402
 from coursekit.cells import MAX_OUTPUT_LINES, committed_cells, output_lines  # noqa: E402
-from coursekit.claims import documented_templates  # noqa: E402
+from coursekit.claims_doc import CLAIMS_DOC, documented_templates  # noqa: E402
 from coursekit.course import COURSE  # noqa: E402
 from coursekit.echo import HEADLESS_ENV  # noqa: E402
-from coursekit.verify import CLAIMS_DOC, execute, start_kernel, stop_kernel  # noqa: E402
+from coursekit.verify import execute, start_kernel, stop_kernel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT / "launchers"))  # launchers/common: `from common import memory`
@@ -276,14 +276,15 @@ def assert_claims_contract(results: dict) -> None:
     listed = documented_claims().get(results["notebook"], set())
     missing = sorted({c.get("template") or c["text"] for c in claims} - listed)
     assert not missing, (
-        f"{results['notebook']}: claims that {CLAIMS_DOC.relative_to(ROOT)} does not list (a whole "
-        f"`make verify` at full size rewrites it; commit what it wrote): {missing}")
+        f"{results['notebook']}: claims that {CLAIMS_DOC.relative_to(ROOT)} does not list (`make "
+        f"claims` writes it from the source in seconds; commit what it wrote): {missing}")
 
 
 @functools.cache
 def documented_claims() -> dict[str, set[str]]:
     """Notebook -> the claim sentences docs/claims.md lists: the course's audit of what it
-    asserts, which every run's claims must be in (it is current with the notebooks)."""
+    asserts, read from its source (tests/test_claims_doc.py checks the page is current), which
+    every run's claims must be in."""
     return documented_templates(CLAIMS_DOC.read_text())
 
 

@@ -6,7 +6,7 @@ from statistics import median as med
 
 import numpy as np
 
-from ..claims import claim, spread
+from ..claims import spread
 from ..results import save_results
 from . import closing
 
@@ -348,21 +348,18 @@ def claim_overlap(claims, *, profile: dict, device: str) -> None:
 
 def claim_order(claims, *, one_r: list, dp_r: list, ddp_r: list, device: str):
     """Whether the MLP keeps the order reported for GPUs (DDP, DP, one device), decided over
-    two comparisons; printed and kept; returns the claim. A CPU is not expected to keep it
+    two comparisons; returns the claim. A CPU is not expected to keep it
     (DP's threads and DDP's ranks share its cores): there the claim is that it does not."""
     a, b = spread(ddp_r, dp_r), spread(dp_r, one_r)  # DDP < DP, DP < one
     if device.startswith("cpu"):
-        order = claim(
+        return claims.check(
             "On a CPU the MLP does not keep the order reported for GPUs: DDP took {ddp:.2f}, DP "
             "{dp:.2f} of one process's step", "weaker <= 1",
             otherwise="This CPU kept the order reported for GPUs: DDP took {ddp:.2f}, DP {dp:.2f} "
             "of one process's step, each ahead in every round",
             ddp=med(ddp_r) / med(one_r), dp=med(dp_r) / med(one_r),
             weaker=min(a["ratio_low"], b["ratio_low"]))  # fmt: skip
-        claims.append(order)
-        print(order.describe())
-        return order
-    order = claim(
+    return claims.check(
         "Here the MLP keeps the reported order: DDP took {ddp:.2f}, DP {dp:.2f} of one process's "
         "step", "ddp_dp_low > 1 and dp_one_low > 1", tie_condition="ddp_dp_high >= 1 and "
         "dp_one_high >= 1", tie="Here the MLP's order is not measurable: DDP took {ddp:.2f}, DP "
@@ -371,9 +368,6 @@ def claim_order(claims, *, one_r: list, dp_r: list, ddp_r: list, device: str):
         "of one process's step, one of the two reversed in every round",
         ddp=med(ddp_r) / med(one_r), dp=med(dp_r) / med(one_r), ddp_dp_low=a["ratio_low"],
         ddp_dp_high=a["ratio_high"], dp_one_low=b["ratio_low"], dp_one_high=b["ratio_high"])
-    claims.append(order)  # a claim over two comparisons: made with coursekit.claim, kept here
-    print(order.describe())
-    return order
 
 
 def slug(cap: float) -> str:

@@ -241,15 +241,15 @@ def claim_communication(claims, *, calls: dict, comm_bytes: dict, comm_time: dic
         extra_ms = (comm_time[s] - comm_time["ddp"]) * 1e3
         diff_ms = (step_s[s] - step_s["ddp"]) * 1e3
         claims.compare(
-            f"{labels[s]}'s step took longer than DDP's: {{ratio:.2f}}x (quartiles "
+            "{strategy}'s step took longer than DDP's: {ratio:.2f}x (quartiles "
             "{ratio_low:.2f}x to {ratio_high:.2f}x); the alpha-beta model's extra communication "
             "({extra_ms:.1f} ms) is {share:.0%} of the {diff_ms:.1f} ms measured",
-            less=step_times["ddp"], more=step_times[s], paired=False, extra_ms=extra_ms,
-            diff_ms=diff_ms, share=extra_ms / diff_ms if diff_ms > 0 else 0.0,
-            otherwise=f"{labels[s]}'s step took {{ratio:.2f}}x DDP's here (quartiles "
+            less=step_times["ddp"], more=step_times[s], paired=False, strategy=labels[s],
+            extra_ms=extra_ms, diff_ms=diff_ms, share=extra_ms / diff_ms if diff_ms > 0 else 0.0,
+            otherwise="{strategy}'s step took {ratio:.2f}x DDP's here (quartiles "
                       "{ratio_low:.2f}x to {ratio_high:.2f}x): shorter, though the alpha-beta "
                       "model gives it {extra_ms:.1f} ms more communication per step",
-            tie=f"{labels[s]}'s and DDP's steps took the same time here: {{ratio:.2f}}x, inside "
+            tie="{strategy}'s and DDP's steps took the same time here: {ratio:.2f}x, inside "
                 "their spread ({ratio_low:.2f}x to {ratio_high:.2f}x); the model's extra "
                 "communication is {extra_ms:.1f} ms")  # fmt: skip
 
