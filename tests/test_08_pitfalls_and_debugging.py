@@ -13,7 +13,9 @@ import pytest
 from conftest import ROOT, execute_notebook, notebook_path, processes_with
 from task_kit import facts_of_each, load_module, planted, solved, task_checks, wrong_answers
 
-PITFALLS = ["hang", "desync"]
+from coursekit.course import BROKEN, LAUNCHER, notebook
+from coursekit.lessons.nb08 import PITFALLS, TIMED_OUT
+
 STEM = "08_pitfalls_and_debugging"
 WRONG = Path(__file__).parent / "solutions_wrong"
 # every planted wrong fix of pitfall_logging.py, and the words its NOT YET names it by
@@ -27,12 +29,11 @@ CATALOGUE = {
     "stop_flag_min": ("NaN parameters",),
 }
 def assert_every_pitfall(r):
-    for name in PITFALLS:
-        assert r[f"{name}_reproduced"] is True, name
-        assert r[f"{name}_fixed"] is True, name
-    assert r["mismatch_detail_reproduced"] is True and r["monitored_barrier_reproduced"] is True
+    for name, pitfall in PITFALLS.items():  # each flag of its row: reproduced, fixed
+        assert all(r[flag] is True for flag in pitfall.results), (name, pitfall.results)
     # the live ranks: monitored_barrier named the ranks that waited (a held claim, below)
-    assert r["printing_fixed"] is True and r["printing_console_ranks"] == 1
+    assert r["monitored_barrier_reproduced"] is True
+    assert r["printing_console_ranks"] == 1
     assert r["printing_log_files"] >= 2 * r["nproc"]  # stdout and stderr of every rank
     # the faulthandler dumps located every rank of the hang
     assert r["hang_ranks_located"] == r["nproc"]
@@ -40,8 +41,8 @@ def assert_every_pitfall(r):
     assert r["desync_first_divergent_step"] >= 0
     # a failure bounded by the process-group timeout surfaces in more than that timeout,
     # and well before the runner's own limit would have killed it (it was not killed)
-    for name in ("hang", "desync"):
-        assert r[f"{name}_seconds"] > r["pg_timeout_s"]
+    for name in [name for name, pitfall in PITFALLS.items() if TIMED_OUT in pitfall.prints]:
+        assert r[f"{name}_seconds"] > r["pg_timeout_s"], name
     assert r["mismatch_plain_named_it"] is False  # without DETAIL nothing names the shapes
     claims = {c["template"].split(",")[0].split(":")[0]: c for c in r["claims"]}
     # monitored_barrier named the ranks that waited in the skipped all-reduce, not rank 0
@@ -195,10 +196,11 @@ def notebook_cell(stem_prefix, text):
     return source
 
 
-def broken_run(ok, output="", checksums=(1.0, 1.0)):
-    """A finished (ok) or failed run as the notebooks' judgement reads it (a fake RunResult)."""
+def broken_run(ok, output="", checksums=(1.0, 1.0), script=None):
+    """A finished (ok) or failed run of ``script`` as the notebooks' judgement reads it (a fake
+    RunResult)."""
     from types import SimpleNamespace
-    return SimpleNamespace(ok=ok, output=output, name="broken",
+    return SimpleNamespace(ok=ok, output=output, name="broken", script=script,
                            failure=lambda: "" if ok else "broken failed (exit code 1)",
                            metrics={"ranks": [{"checksum": c} for c in checksums]})
 
@@ -217,21 +219,67 @@ def judged_by(stem_prefix, backend):
     return namespace["ended_broken"]
 
 
-@pytest.mark.parametrize("stem_prefix", ["08", "09"])
-def test_broken_runs_are_judged_by_what_their_backend_promises(stem_prefix):
+# 08's broken launchers that NCCL promises nothing for (nb08.PITFALLS), and 09's cell's judge
+TIMED_OUT_JUDGES = [*[("08", p.broken) for p in PITFALLS.values() if p.nccl_promises_nothing],
+                    ("09", None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("stem_prefix, launcher", TIMED_OUT_JUDGES)
+def test_broken_runs_are_judged_by_what_their_backend_promises(stem_prefix, launcher):
     """Issue 29 N5: gloo's checks stay as strict (a failure with its timeout text); on NCCL,
     which promises nothing for mismatched collectives, a failure of any kind (the watchdog's
     abort at the timeout: 'collective operations will be aborted asynchronously and the
     process will crash', torch/distributed/distributed_c10d.py) or a finished run whose ranks
     ended with different parameters (a wrong result) is the pitfall reproduced."""
+    from functools import partial
     gloo, nccl = judged_by(stem_prefix, "gloo"), judged_by(stem_prefix, "nccl")
+    run = partial(broken_run, script=launcher and f"../launchers/{launcher}")
     timed_out = "RuntimeError: [../third_party/gloo/...] Timed out waiting 5000ms for recv"
-    assert gloo(broken_run(False, timed_out)) is True
-    assert gloo(broken_run(False, "Signal 6 (SIGABRT) received")) is False  # no timeout text
-    assert gloo(broken_run(True, checksums=(1.0, 2.0))) is False
-    assert nccl(broken_run(False, "Signal 6 (SIGABRT) received")) is True  # the watchdog's
-    assert nccl(broken_run(True, checksums=(1.0, 2.0))) is True  # garbage, no error
-    assert nccl(broken_run(True, checksums=(1.0, 1.0))) is False  # a run that went right
+    assert gloo(run(False, timed_out)) is True
+    assert gloo(run(False, "Signal 6 (SIGABRT) received")) is False  # no timeout text
+    assert gloo(run(True, checksums=(1.0, 2.0))) is False
+    assert nccl(run(False, "Signal 6 (SIGABRT) received")) is True  # the watchdog's
+    assert nccl(run(True, checksums=(1.0, 2.0))) is True  # garbage, no error
+    assert nccl(run(True, checksums=(1.0, 1.0))) is False  # a run that went right
+
+
+@pytest.mark.parametrize("name", [name for name, p in PITFALLS.items() if p.prints])
+def test_each_broken_run_is_judged_by_what_its_row_says_it_prints(name):
+    """nb08.ended_broken reads the run's row of PITFALLS (by its launcher): a failure that
+    prints every text of the row (one of each tuple) is the pitfall reproduced; a failure
+    without them, or a finished run, is not, on every backend that promises the texts."""
+    from functools import partial
+
+    from coursekit.lessons.nb08 import ended_broken
+    pitfall = PITFALLS[name]
+    said = "\n".join(t if isinstance(t, str) else t[-1] for t in pitfall.prints)
+    run = partial(broken_run, script=f"../launchers/{pitfall.broken}")
+    for backend in ("gloo",) if pitfall.nccl_promises_nothing else ("gloo", "nccl"):
+        assert ended_broken(run(False, said), backend) is True, backend
+        assert ended_broken(run(False, "Signal 6 (SIGABRT) received"), backend) is False
+        assert ended_broken(run(True, said), backend) is False
+
+
+def test_the_pitfalls_table_agrees_with_the_course_and_the_notebook():
+    """nb08.PITFALLS, the notebook's one list of its pitfalls, and what restates it: 08's row of
+    the course table holds exactly the pitfalls' launchers (each broken one of kind broken,
+    unless it is its own fix: it garbles, it does not fail; each fix of kind launcher); the
+    notebook's first table has a row per pitfall, in its section, naming its launchers; and a
+    code cell runs each launcher."""
+    row = notebook("08")
+    named = {n for p in PITFALLS.values() for n in (p.broken, p.fixed) if n}
+    assert set(row.files) == named, "a launcher of 08 with no row in nb08.PITFALLS, or the reverse"
+    cells = nbformat.read(notebook_path("08"), as_version=4).cells
+    table = [line for line in cells[0].source.splitlines() if line.startswith("| ")]
+    runs = "\n".join(c.source for c in cells
+                     if c.cell_type == "code" and not c.source.startswith("%%writefile"))
+    for name, p in PITFALLS.items():
+        launchers = sorted({p.broken, p.fixed} - {None})
+        assert row.files[p.broken] == (LAUNCHER if p.broken == p.fixed else BROKEN), name
+        assert p.fixed is None or row.files[p.fixed] == LAUNCHER, name
+        assert any(line.startswith(f"| {p.section} |") and all(f"`{n}`" in line for n in launchers)
+                   for line in table), f"{name}: no row of section {p.section} names {launchers}"
+        assert all(f'"../launchers/{n}"' in runs for n in launchers), f"{name}: no cell runs it"
 
 
 def test_where_the_hung_ranks_stood_is_gloos_story():

@@ -2,13 +2,16 @@
 reads its broken runs.
 
 Each ``claim_*`` also records its figures in the notebook's ``results`` (the record ``save``
-writes), under the names the tests read.
+writes), under the names the tests read. ``PITFALLS`` is the one list of the notebook's pitfalls
+(CONTRIBUTING.md: "Adding a pitfall to notebook 08").
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from ..result import LauncherTimeout
 from ..results import save_results
@@ -19,6 +22,46 @@ STEM = "08_pitfalls_and_debugging"
 # a collective that waited past the process-group timeout: gloo says one of the first two
 TIMED_OUT = ("Timed out waiting", "Application timeout caused pair closure",
              "Watchdog caught collective operation timeout")
+# what TORCH_DISTRIBUTED_DEBUG=DETAIL says when ranks all-reduce tensors of different shapes
+DETAIL_NAMES_IT = ("Detected mismatch between collectives on ranks", "OpType=ALLREDUCE",
+                   "Tensor shapes")
+
+
+@dataclass(frozen=True)
+class Pitfall:
+    """One row of PITFALLS: a pitfall the notebook shows, by its broken launcher and its fix.
+    The judges here, save and the tests read it; tests/test_08_pitfalls_and_debugging.py checks
+    it against the notebook (its first table, the cells that run each launcher) and the course
+    table (CONTRIBUTING.md, "Adding a pitfall to notebook 08")."""
+
+    section: str  # the notebook's section that shows it: its row of the first cell's table
+    broken: str  # launchers/<broken>, wrong on purpose (kind: broken; launcher if its own fix)
+    fixed: str | None  # launchers/<fixed>, its fix (kind: launcher); None: no launcher fixes it
+    prints: tuple = ()  # every text the broken run's failure prints (a tuple: any one of them)
+    nccl_promises_nothing: bool = False  # with NCCL a failure of any kind, or ranks that end
+    # with different parameters, is the pitfall: NCCL promises nothing for mismatched collectives
+    results: tuple[str, ...] = ()  # its flags in the results record, each True (save asserts)
+
+
+PITFALLS = {
+    "hang": Pitfall("1", "pitfall_hang.py", "pitfall_hang_fixed.py", prints=(TIMED_OUT,),
+                    nccl_promises_nothing=True, results=("hang_reproduced", "hang_fixed")),
+    "desync": Pitfall("2", "pitfall_desync.py", "pitfall_desync_fixed.py", prints=(TIMED_OUT,),
+                      nccl_promises_nothing=True, results=("desync_reproduced", "desync_fixed")),
+    # its plain run names nothing; its run under TORCH_DISTRIBUTED_DEBUG=DETAIL prints these
+    "mismatch": Pitfall("2", "collective_mismatch.py", None, prints=DETAIL_NAMES_IT,
+                        results=("mismatch_detail_reproduced",)),
+    # garbles, never fails: the fix is the same launcher, --one-write, torchrun's options
+    "printing": Pitfall("3", "print_ranks.py", "print_ranks.py", results=("printing_fixed",)),
+    # the learner's task: it hangs until the runner's limit, and the fix is theirs
+    "logging": Pitfall("4", "pitfall_logging.py", None),
+}  # fmt: skip
+
+
+def pitfall_of(run) -> Pitfall:
+    """The row of PITFALLS whose broken launcher ``run`` ran."""
+    (pitfall,) = [p for p in PITFALLS.values() if p.broken == Path(run.script or "").name]
+    return pitfall
 
 
 def fail_runner(setup, timeout_s: float):
@@ -40,11 +83,13 @@ def expect_failure(run, *texts) -> bool:
 
 
 def ended_broken(run, backend: str) -> bool:
-    """Did a broken run end as its backend promises? gloo: failed, with its timeout text. NCCL
-    promises nothing for mismatched collectives: failed (its watchdog aborts at the timeout)
-    or a wrong result (parameters differ)."""
-    if backend != "nccl":
-        return expect_failure(run, TIMED_OUT)
+    """Did a broken run end as its backend promises (its row of PITFALLS)? Failed, with the
+    texts it prints (gloo: the timeout's). Where NCCL promises nothing for mismatched
+    collectives: failed (its watchdog aborts at the timeout) or a wrong result (parameters
+    differ)."""
+    pitfall = pitfall_of(run)
+    if backend != "nccl" or not pitfall.nccl_promises_nothing:
+        return expect_failure(run, *pitfall.prints)
     wrong = run.ok and len({r["checksum"] for r in run.metrics["ranks"]}) > 1
     print(run.failure() or f"{run.name} finished; the ranks' parameters differ: {wrong}")
     return not run.ok or wrong
@@ -151,8 +196,7 @@ def show_mismatch(results: dict, plain, detail) -> None:
     """How each rank of the mismatched all-reduce ended, plain and under DETAIL; records whether
     the plain run's output named the mismatch and whether DETAIL's error named the operation
     and the shapes."""
-    detail_ok = expect_failure(detail, "Detected mismatch between collectives on ranks",
-                               "OpType=ALLREDUCE", "Tensor shapes")
+    detail_ok = expect_failure(detail, *pitfall_of(detail).prints)
     for rank in range(plain.nproc):
         tb = plain.traceback(rank)
         side = next((t for t in plain.rank_lines(rank) if t.startswith("all_reduce returned")),
@@ -286,12 +330,13 @@ def where_stuck(run) -> tuple:
 
 def save(setup, claims, tasks, *, results: dict, pg_timeout: float) -> None:
     """The results record: per pitfall, reproduced, fixed and seconds to surface; every
-    pitfall must have been reproduced and fixed."""
+    pitfall must have been reproduced and fixed (each flag of its row of PITFALLS recorded)."""
     save_results(STEM, {**results, "pg_timeout_s": pg_timeout}, setup, claims=claims, tasks=tasks)
     reproduced = {k: v for k, v in results.items() if k.endswith("_reproduced")}
     fixes = {k: v for k, v in results.items() if k.endswith("_fixed")}
     print("reproduced:", reproduced, "\nfixed:", fixes)
-    assert all(reproduced.values()) and all(fixes.values())
+    unrecorded = [flag for p in PITFALLS.values() for flag in p.results if flag not in results]
+    assert all(reproduced.values()) and all(fixes.values()) and not unrecorded, unrecorded
 
 
 def close(setup, claims) -> None:
