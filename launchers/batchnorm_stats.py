@@ -10,7 +10,7 @@ statistics another way: it all-gathers every rank's mean, invstd and count), and
 whole batch in one process (every rank can compute it: all ranks build the same batch).
 
 How close must (b) be to (c)? Exactly as close as one process is to itself: the noise
-floor of common/batchnorm_noise_floor.py, one process adding the ranks' partial sums in
+floor of nb09/batchnorm_noise_floor.py, one process adding the ranks' partial sums in
 every order an all-reduce may take. All of it in fp32 and in float64 (the mathematics).
 On GPUs it also runs SyncBatchNorm itself.
 """
@@ -22,10 +22,10 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from common.batchnorm_noise_floor import diff, noise_floor, print_comparison, sum_stats
 from common.devices import init_distributed
 from common.glyphs import Net, make_dataset
 from common.pitfall_harness import write_metrics
+from nb09.batchnorm_noise_floor import diff, noise_floor, print_comparison, sum_stats
 
 
 def synced_batch_stats(h):

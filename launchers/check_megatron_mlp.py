@@ -9,7 +9,7 @@ forward and one backward of the same batch and output gradient. Recorded per ran
 of its fc and proj weights, its dist.all_reduce calls in forward and in backward, and the
 largest differences from the whole MLP in one process: the output, the input's gradient and
 its weights' gradients (against its share of the whole ones). Rank 0 names the problems
-(common/megatron_mlp_check.py: the all-reduce counter and the problems in words).
+(nb12/megatron_mlp_check.py: the all-reduce counter and the problems in words).
 """
 
 import argparse
@@ -19,9 +19,9 @@ import os
 
 import torch
 import torch.distributed as dist
-from common import layout_runs, tiny_gpt
 from common.devices import init_distributed
-from common.megatron_mlp_check import DIM, TOLERANCE, Counter, largest, problems
+from nb12 import layout_runs, tiny_gpt
+from nb12.megatron_mlp_check import DIM, TOLERANCE, Counter, largest, problems
 
 
 def check(cls, rank, world, counter, device):

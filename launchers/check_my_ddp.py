@@ -7,7 +7,7 @@ backward). For each wrapper, each --bucket-mb (if it takes bucket_mb) and each a
 (1 micro-batch, and --accumulate of them if it has no_sync()), every rank builds the same small
 model from a seed of its own (so the ranks differ until someone broadcasts), wraps one copy in
 the wrapper and one in DDP, and trains both --steps steps of SGD on its own batches;
-common/ddp_checker.py records what the wrapper did and names what is wrong.
+nb07/ddp_checker.py records what the wrapper did and names what is wrong.
 """
 
 import copy
@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from common.ddp_checker import Cases, Facts, Recorder, options, wrapper_class
 from common.devices import init_distributed
+from nb07.ddp_checker import Cases, Facts, Recorder, options, wrapper_class
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 

@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 3 launchers/check_my_zero1.py --impl launchers/my_zero1.py:MyZeRO1
 
 --impl FILE:CLASS (repeatable). How each class is checked, and what is recorded on every rank:
-launchers/common/zero1_checker.py. Rank 0 prints each class's first problem (or ok).
+launchers/nb11/zero1_checker.py. Rank 0 prints each class's first problem (or ok).
 """
 
 import argparse
@@ -12,7 +12,7 @@ import os
 import torch
 import torch.distributed as dist
 from common.devices import init_distributed
-from common.zero1_checker import Recorder, check_class, write_metrics
+from nb11.zero1_checker import Recorder, check_class, write_metrics
 
 
 def main():

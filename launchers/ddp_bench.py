@@ -14,12 +14,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spare threads sleep, not 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from common.bench_job import options, part_sweep, run_parts
 from common.bench_rounds import Trainer, buckets_made, footprint, steps_for, timed_rounds
 from common.devices import init_distributed
-from common.grad_reductions import AsyncPerParameter, one_flat_all_reduce, per_parameter_blocking
-from common.scaling_models import PythonHeavy, all_threads_rounds, dataparallel, mlp, model_facts
 from common.step_profile import profiled_part
+from nb06.bench_job import options, part_sweep, run_parts
+from nb06.grad_reductions import AsyncPerParameter, one_flat_all_reduce, per_parameter_blocking
+from nb06.scaling_models import PythonHeavy, all_threads_rounds, dataparallel, mlp, model_facts
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 SCALING_DDP = {}  # the scaling part's N-rank DDP step on the MLP, its batch per rank and width

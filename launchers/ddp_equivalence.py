@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 2 launchers/ddp_equivalence.py --steps 20
 
 Every rank trains the same model from the same seed over the same global batches twice: alone
-on each whole batch of B (no communication: common/reordered_sums.py), and under DDP on its
+on each whole batch of B (no communication: nb05/reordered_sums.py), and under DDP on its
 slice of B/N; then compares every parameter. In float64 (rounding about 1e-16): a mean loss
 (equal, asserted), a sum loss (DDP averages: N times too small a step), a sum loss with DDP's
 lr x N (equal, asserted), BatchNorm (per-rank statistics), SyncBatchNorm (equal, asserted; DDP
@@ -22,7 +22,7 @@ import torch.nn as nn
 from common.chain_setup import same_gpu_kernels
 from common.devices import init_distributed
 from common.glyphs import Net, make_dataset
-from common.reordered_sums import fp32_noise_floor, max_diff, train
+from nb05.reordered_sums import fp32_noise_floor, max_diff, train
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 # float64 after 20 steps of this model: about 1e-15 of rounding; 1e-9, a million times that

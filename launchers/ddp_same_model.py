@@ -4,7 +4,7 @@
 
 Each rank reports the tensor bytes of its step by kind (weights, gradients, DDP's gradient
 buckets, optimizer state, its share of the batch, what autograd saves, outputs and their
-gradient: the same accounting as notebook 01's ledger, common/tensor_bytes.py), its peak
+gradient: the same accounting as notebook 01's ledger, nb01/tensor_bytes.py), its peak
 resident memory (RSS: what the OS sees, allocator caches and libraries included) and, on a
 GPU, the allocator's peak.
 """
@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from common.devices import init_distributed
-from common.tensor_bytes import nbytes, peak_rss_bytes, saved_bytes
+from nb01.tensor_bytes import nbytes, peak_rss_bytes, saved_bytes
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 

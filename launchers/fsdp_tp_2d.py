@@ -9,7 +9,7 @@ every tensor-parallel shard sharded again by FSDP2 across the pair ((0, 2) and (
 In one step: tensor parallelism's all-reduces run inside each tp group, FSDP2's all-gathers
 (parameters, before use) and reduce-scatters (gradients) inside each dp group. The launcher
 logs every collective with its group and compares with one process, as tensor_parallel.py
-(common/layout_runs.py). Options: the model's (tiny_gpt.add_model_args), --tp T (the ranks
+(nb12/layout_runs.py). Options: the model's (tiny_gpt.add_model_args), --tp T (the ranks
 divide into groups of T), --device cpu|cuda, --out DIR.
 """
 
@@ -18,8 +18,8 @@ import os
 
 import torch
 import torch.distributed as dist
-from common import layout_runs, tiny_gpt
 from common.devices import init_distributed
+from nb12 import layout_runs, tiny_gpt
 from tensor_parallel import tensor_parallel_with_torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard

@@ -7,7 +7,7 @@ What it adds to a single-node DDP script: every rank prints who it is (RANK, LOC
 GROUP_RANK: its node, WORLD_SIZE, and its agent's process id); rank 0 writes a checkpoint
 every --save-every steps that a crash or a power cut mid-write never leaves torn, and every
 rank resumes from it on start (after torchrun's --max-restarts); the batch of step s comes
-from seed s, split between the ranks whatever their number (common/multinode_records.py), so
+from seed s, split between the ranks whatever their number (nb10/multinode_records.py), so
 a resumed run replays the same data. --dtype float64 compares two runs by their mathematics,
 not by fp32 rounding.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from common.devices import init_distributed
-from common.multinode_records import log_step, rank_share
+from nb10.multinode_records import log_step, rank_share
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 

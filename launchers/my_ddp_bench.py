@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from common.bench_rounds import Trainer, buckets_made, timed_rounds
-from common.ddp_checker import all_reduce_calls, wrapper_class
 from common.devices import init_distributed
 from common.step_profile import profiled_steps
+from nb07.ddp_checker import all_reduce_calls, wrapper_class
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 

@@ -4,13 +4,13 @@
 
 Micro-batches flow through the stages: rank r receives activations from rank r-1, runs its
 blocks, sends to rank r+1; gradients flow back. GPipe and 1F1B by hand with send/recv and
-with torch.distributed.pipelining (common/layout_mains.py: the options, the runs, metrics).
+with torch.distributed.pipelining (nb12/layout_mains.py: the options, the runs, metrics).
 """
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from common import layout_mains, tiny_gpt
+from nb12 import layout_mains, tiny_gpt
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 

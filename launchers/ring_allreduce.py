@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 4 launchers/ring_allreduce.py [--impl FILE ...]
 
 Fill in ring_all_reduce(). Run as a script, this file checks it (or that of each --impl FILE)
-with launchers/common/ring_check.py; metrics.json names each ring's first mistake.
+with launchers/nb02/ring_check.py; metrics.json names each ring's first mistake.
 """
 
 import sys
@@ -46,7 +46,7 @@ def ring_all_reduce(tensor, group=None):
     raise NotImplementedError("write the two phases of ring_all_reduce")
 
 
-if __name__ == "__main__":  # the check (not the lesson): launchers/common/ring_check.py
-    from common.ring_check import main
+if __name__ == "__main__":  # the check (not the lesson): launchers/nb02/ring_check.py
+    from nb02.ring_check import main
 
     main(sys.modules[__name__])

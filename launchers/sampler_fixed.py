@@ -8,7 +8,7 @@
 
 import torch.distributed as dist
 from common.devices import init_distributed
-from common.sampler_shares import gather_shares, sampler_parser
+from nb09.sampler_shares import gather_shares, sampler_parser
 from torch.utils.data import DataLoader, DistributedSampler
 
 

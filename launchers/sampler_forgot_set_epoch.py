@@ -3,12 +3,12 @@
     torchrun --nproc-per-node 2 launchers/sampler_forgot_set_epoch.py --size 11
 
 Each rank records the sample indices its DistributedSampler gives it, epoch by epoch, then
-"evaluates" over the same padded shares (flags and report: common/sampler_shares.py).
+"evaluates" over the same padded shares (flags and report: nb09/sampler_shares.py).
 """
 
 import torch.distributed as dist
 from common.devices import init_distributed
-from common.sampler_shares import gather_shares, sampler_parser
+from nb09.sampler_shares import gather_shares, sampler_parser
 from torch.utils.data import DataLoader, DistributedSampler
 
 

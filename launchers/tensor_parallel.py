@@ -5,14 +5,14 @@
 Megatron-LM's split, by hand and as torch's plan: q, k, v and the MLP's fc by columns, each
 output projection by rows; one all-reduce after each row split in forward, one before each
 column split in backward. Every rank sees the same batch; each split trains beside one
-process (common/layout_mains.py: the options, the runs, metrics.json).
+process (nb12/layout_mains.py: the options, the runs, metrics.json).
 """
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from common import layout_mains
+from nb12 import layout_mains
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import (

@@ -15,7 +15,7 @@ from common.chain_setup import add_chain_options, glyph_splits, same_gpu_kernels
 from common.devices import init_distributed
 from common.glyphs import Net, lr_at, make_dataset  # noqa: F401 - 08 and 09 import it here
 from common.run_record import StepClock, write_metrics
-from common.scores import evaluate
+from nb04.scores import evaluate
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 

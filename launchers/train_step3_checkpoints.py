@@ -17,7 +17,7 @@ from common.devices import init_distributed
 from common.glyphs import Net, lr_at
 from common.rank0_log import Rank0Log
 from common.run_record import StepClock, write_metrics
-from common.scores import evaluate
+from nb04.scores import evaluate
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 

@@ -17,7 +17,7 @@ from common.devices import init_distributed
 from common.glyphs import Net, lr_at
 from common.rank0_log import Rank0Log
 from common.run_record import StepClock, write_metrics
-from common.scores import score_totals
+from nb04.scores import score_totals
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 from train_step3_checkpoints import load_checkpoint, save_checkpoint  # step 3's

@@ -4,7 +4,7 @@
 
 Notebook 05's loop at its core, with one new option, --strategy: ddp, zero (DDP + ZeRO-1's
 ZeroRedundancyOptimizer) or fsdp (FSDP2's fully_shard), each in each --dtype, in turn, from
-the same seed. Options, data, records: common/sharding_runs.py.
+the same seed. Options, data, records: nb11/sharding_runs.py.
 """
 
 import argparse
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from common.chain_setup import same_gpu_kernels
 from common.devices import init_distributed
 from common.glyphs import lr_at
-from common.rank_memory import DeepNet, RankMemory, trained_state
-from common.sharding_runs import dcp_round_trip, record_run, run_data, run_options, write_runs
+from nb11.rank_memory import DeepNet, RankMemory, trained_state
+from nb11.sharding_runs import dcp_round_trip, record_run, run_data, run_options, write_runs
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -49,7 +49,7 @@ def wrap(model, strategy, device, lr):
 def train(strategy, dtype, args, device, out):
     """One training run from seed 0: what each rank held, its step times, the trained model."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    ledger = RankMemory(device)  # what this rank holds, counted (common/rank_memory.py)
+    ledger = RankMemory(device)  # what this rank holds, counted (nb11/rank_memory.py)
     torch.manual_seed(0)  # the same initial weights everywhere, whatever the strategy
     model = DeepNet(args.classes, args.width, args.norm, args.depth).to(device, dtype)
     train_set, probe_x = run_data(args, dtype, device)

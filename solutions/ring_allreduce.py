@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 4 launchers/ring_allreduce.py --impl solutions/ring_allreduce.py
 
 ring_all_reduce() is filled in; the rest is the exercise's own. Run it through the exercise, as
-above: its check, launchers/common/ring_check.py, is imported from beside the launcher.
+above: its check, launchers/nb02/ring_check.py, is imported from beside the launcher.
 """
 
 import sys
@@ -48,7 +48,7 @@ def ring_all_reduce(tensor, group=None):
         exchange(chunks[(rank + 1 - step) % p], chunks[(rank - step) % p], group)
 
 
-if __name__ == "__main__":  # the check (not the lesson): launchers/common/ring_check.py
-    from common.ring_check import main
+if __name__ == "__main__":  # the check (not the lesson): launchers/nb02/ring_check.py
+    from nb02.ring_check import main
 
     main(sys.modules[__name__])

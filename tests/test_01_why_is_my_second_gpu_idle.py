@@ -156,7 +156,7 @@ def test_every_planted_mistake_of_the_batches_is_named_and_the_reference_accepte
     assert len(set(messages)) == len(messages), "two mistakes got the same message"
     assert sorted(files) == sorted(MISTAKES)
     # and the answer is not next door: the module the notebook imports holds no batch search
-    assert "def largest" not in (ROOT / "launchers" / "common" / "dp_lab.py").read_text()
+    assert "def largest" not in (ROOT / "launchers" / "nb01" / "dp_lab.py").read_text()
 
 
 # the calculator, on its own
@@ -236,7 +236,7 @@ def test_bad_input_names_the_parameter(kwargs, name):
 
 def test_gil_race_spawns_processes_that_import_their_work():
     """fork is unsafe on macOS and after CUDA use: the race spawns, and the spawned workers
-    run the work of launchers/common/gil_work.py (a spawned process cannot run notebook
+    run the work of launchers/nb01/gil_work.py (a spawned process cannot run notebook
     code)."""
     import multiprocessing as mp
     import sys
@@ -246,11 +246,11 @@ def test_gil_race_spawns_processes_that_import_their_work():
 
     source = "\n".join(c.source for c in nbformat.read(notebook_path("01"), as_version=4).cells)
     assert 'get_context("fork")' not in source and 'mp.get_context("spawn")' in source
-    lab = (ROOT / "launchers/common/dp_lab.py").read_text()  # section 1's sampler
+    lab = (ROOT / "launchers/nb01/dp_lab.py").read_text()  # section 1's sampler
     assert "torch.cuda.device_memory_used" in lab  # what nvidia-smi shows, not the allocator's
     sys.path.insert(0, str(ROOT / "launchers"))
     try:
-        from common import gil_work
+        from nb01 import gil_work
         work = {"tiny": (gil_work.ManyTinyOps(layers=2), torch.randn(2, 4))}
         spawn = mp.get_context("spawn")
         with spawn.Pool(2, initializer=gil_work.start_worker,
@@ -269,7 +269,7 @@ def test_a_kernel_leaves_gpus_in_exclusive_process_mode_to_the_ranks(monkeypatch
     import sys
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("dp_lab", ROOT / "launchers/common/dp_lab.py")
+    spec = importlib.util.spec_from_file_location("dp_lab", ROOT / "launchers/nb01/dp_lab.py")
     dp_lab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dp_lab)
     modes = {0: 0, 1: 3}  # DEFAULT, EXCLUSIVE_PROCESS (pynvml's NVML_COMPUTEMODE_*)

@@ -37,7 +37,7 @@ def top_level(path, without):
 
 def test_reference_and_planted_rings_use_the_exercise_own_check(tmp_path):
     """Only ring_all_reduce differs: no ring can pass, or fail, by checking differently (each
-    runs the one check, launchers/common/ring_check.py, under `if __name__ == "__main__"`)."""
+    runs the one check, launchers/nb02/ring_check.py, under `if __name__ == "__main__"`)."""
     rings = [SOLUTION, *planted("ring_allreduce", tmp_path).values()]
     assert {p.stem for p in rings[1:]} == set(NAMED) and len(NAMED) >= 5
     for path in rings:

@@ -101,9 +101,9 @@ def test_wrong_predictions_through_the_whole_notebook(tmp_path, monkeypatch):
     assert solved["fastest"] is False and len(r["claims"]) >= 10
 
 
-# ddp_bench.py and the modules of launchers/common/ it imports: the harness, not the lesson
-BENCH = ["ddp_bench.py"] + [f"common/{m}.py" for m in ("bench_job", "bench_rounds",
-                                                       "scaling_models", "step_profile")]
+# ddp_bench.py and the modules beside it that it imports: the harness, not the lesson
+BENCH = ["ddp_bench.py", "nb06/bench_job.py", "common/bench_rounds.py",
+         "nb06/scaling_models.py", "common/step_profile.py"]
 
 
 def bench_source():
@@ -117,7 +117,8 @@ def common():
 
     sys.path.insert(0, str(ROOT / "launchers"))
     try:
-        from common import bench_rounds, scaling_models, step_profile
+        from common import bench_rounds, step_profile
+        from nb06 import scaling_models
     finally:
         sys.path.remove(str(ROOT / "launchers"))
     return SimpleNamespace(rounds=bench_rounds, models=scaling_models, profile=step_profile)

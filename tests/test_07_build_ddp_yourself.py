@@ -141,7 +141,7 @@ def test_a_hang_is_stopped_and_located(setup, tmp_path):
 
 def test_the_checker_names_what_is_wrong_from_the_facts(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "launchers"))  # as under torchrun
-    module = importlib.import_module("common.ddp_checker")  # check_my_ddp.py's machinery
+    module = importlib.import_module("nb07.ddp_checker")  # check_my_ddp.py's machinery
     good = {"start_spread": 0.0, "start_spread_params": 0.0, "grad_ratio": 1.0,
             "grad_ratios": [1.0, 1.0, 1.0], "grad_spread": 0.0, "unwaited": 0,
             "calls_in_no_sync": 0, "reduced_elements": 10, "expected_elements": 10,

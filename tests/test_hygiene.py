@@ -56,11 +56,12 @@ def test_parameters_cell_follows_the_contract(notebook):
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_launchers_common_is_imported_only_after_configure(notebook):
     """`coursekit.configure` puts launchers/ on the kernel's path: a cell before it that imports
-    `common` works under papermill's runs from the course folder but not in JupyterLab."""
+    `common` (or `nbNN`) works under papermill's runs from the course folder but not in
+    JupyterLab."""
     code = [c.source for c in nb_cells(notebook) if c.cell_type == "code"]
     first = next(i for i, s in enumerate(code) if "coursekit.configure(" in s)
     early = [s.splitlines()[0] for s in code[:first]
-             if re.search(r"^\s*(from|import)\s+(common|coursekit\.memory)\b", s, re.M)]
+             if re.search(r"^\s*(from|import)\s+(common|nb\d\d|coursekit\.memory)\b", s, re.M)]
     assert not early, f"{notebook.name}: cells that import common before configure: {early}"
 
 

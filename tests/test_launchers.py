@@ -1,5 +1,6 @@
 """Launchers: each equals its %%writefile cell and runs on its own under torchrun."""
 
+import ast
 import importlib.util
 import re
 import sys
@@ -32,15 +33,12 @@ QUICK_ARGS = {
     "ring_allreduce.py": ["--sizes", "1", "5"],
     "allreduce_bench.py": ["--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1",
                            "--model-width", "32"],
-    # notebook 08's fixed launchers (their defaults are already small)
-    "pitfall_hang_fixed.py": ["--steps", "4", "--checkpoint-every", "2"],
-    "pitfall_desync_fixed.py": ["--steps", "4", "--bad-step", "1"],
+    # notebook 09's fixed launchers (their defaults are already small)
     "pitfall_unused_fixed.py": ["--steps", "4"],
     "pitfall_uneven_fixed.py": ["--batches", "2"],
     "batchnorm_stats.py": ["--global-batch", "24"],
     "sampler_forgot_set_epoch.py": ["--size", "11"],
     "sampler_fixed.py": ["--size", "11"],
-    "print_ranks.py": ["--lines", "5"],
     # notebook 12's: a tiny transformer (12 heads: whole heads for 1 and 3 ranks)
     **{name: ["--dim", "48", "--heads", "12", "--seq", "16", "--vocab", "32"]
        for name in ("tensor_parallel.py", "pipeline_parallel.py")},
@@ -155,6 +153,97 @@ def test_the_course_table_names_every_launcher_its_notebook_writes():
         assert all((LAUNCHERS / name).is_file() for name in nb.launchers(CHECKER)), nb.stem
 
 
+# the packages beside the launchers: common/ (two or more notebooks use it), nbNN/ (notebook NN)
+PACKAGE = re.compile(r"^(common|nb\d\d)$")
+CELL_IMPORT = re.compile(r"^\s*from\s+(common|nb\d\d)(?:\.(\w+))?\s+import\s+\(?([\w ,]+)"
+                         r"|^\s*import\s+(common|nb\d\d)\.(\w+)", re.M)  # fmt: skip
+# a launcher or a module beside them that a notebook's code names by path, unless it only shows,
+# reads or tests the file (show_lines, read_text, Path(...).exists())
+RUN_PATH = re.compile(r"launchers/((?:\w+/)?\w+)\.py")
+NOT_A_RUN = re.compile(r"show_\w+\(|read_text|Path\(")
+
+
+def imported_modules(source: str) -> set[str]:
+    """'common/glyphs', 'nb06/bench_job': the modules beside the launchers that a Python file
+    imports (`from common.glyphs import Net`, `from nb12 import tiny_gpt`), anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            package, _, module = node.module.partition(".")
+            if PACKAGE.match(package):
+                found |= ({f"{package}/{module}"} if module
+                          else {f"{package}/{alias.name}" for alias in node.names})  # fmt: skip
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                package, _, module = alias.name.partition(".")
+                if PACKAGE.match(package) and module:
+                    found.add(f"{package}/{module}")
+    return found
+
+
+def notebooks_using_each_module() -> dict[str, set[str]]:
+    """'common/glyphs' -> the notebooks ("04") that use it: they import it (a code cell, or their
+    lesson module coursekit/lessons/nbNN.py), a launcher they write (%%writefile) or run imports
+    it, they run it as a script, or a module they use imports it."""
+    modules = {str(p.relative_to(LAUNCHERS).with_suffix("")): p
+               for p in LAUNCHERS.glob("*/*.py") if PACKAGE.match(p.parent.name)
+               and p.name != "__init__.py"}  # fmt: skip
+    imports = {name: imported_modules(p.read_text()) for name, p in modules.items()}
+    users: dict[str, set[str]] = {name: set() for name in modules}
+    for notebook in NOTEBOOKS:
+        number = notebook.name[:2]
+        lesson = ROOT / "coursekit" / "lessons" / f"nb{number}.py"
+        used = imported_modules(lesson.read_text()) if lesson.exists() else set()
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            if cell.source.startswith("%%writefile"):
+                launcher = (notebook.parent / cell.source.split("\n", 1)[0].split()[1]).resolve()
+                used |= imported_modules(launcher.read_text())
+                continue
+            for m in CELL_IMPORT.finditer(cell.source):
+                if m.group(4):
+                    used.add(f"{m.group(4)}/{m.group(5)}")
+                elif m.group(2):
+                    used.add(f"{m.group(1)}/{m.group(2)}")
+                else:
+                    used |= {f"{m.group(1)}/{name.split()[0]}" for name in m.group(3).split(",")
+                             if name.strip()}  # fmt: skip
+            for line in cell.source.splitlines():
+                for path in [] if NOT_A_RUN.search(line) else RUN_PATH.findall(line):
+                    if path in modules:  # a module run as a script
+                        used.add(path)
+                    elif (LAUNCHERS / f"{path}.py").is_file():  # a launcher it runs
+                        used |= imported_modules((LAUNCHERS / f"{path}.py").read_text())
+        while new := {m for name in used if name in imports for m in imports[name]} - used:
+            used |= new  # and what the modules it uses import
+        for name in used & set(users):
+            users[name].add(number)
+    return users
+
+
+def test_common_holds_what_two_notebooks_use_and_nbNN_what_notebook_NN_alone_uses():
+    """launchers/common/ is shared code: a module that serves one notebook lives in that
+    notebook's package launchers/nbNN/ (imported as `from nb06.bench_job import options`)."""
+    wrong = []
+    for name, numbers in sorted(notebooks_using_each_module().items()):
+        package = name.split("/")[0]
+        users = ", ".join(sorted(numbers)) or "none"
+        if package == "common" and len(numbers) < 2:
+            where = f"launchers/nb{min(numbers)}/" if numbers else "nowhere (delete it?)"
+            wrong.append(f"launchers/{name}.py is used by notebook(s) {users} only: it belongs "
+                         f"in {where}")  # fmt: skip
+        elif package != "common" and numbers != {package[2:]}:
+            where = "launchers/common/" if len(numbers) > 1 else (
+                f"launchers/nb{min(numbers)}/" if numbers else "nowhere (delete it?)")
+            wrong.append(f"launchers/{name}.py is used by notebook(s) {users}, not by notebook "
+                         f"{package[2:]} alone: it belongs in {where}")  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+    for folder in LAUNCHERS.glob("nb[0-9][0-9]"):
+        assert (folder / "__init__.py").is_file(), f"{folder.name}/ needs an __init__.py"
+        assert any(n.name.startswith(folder.name[2:] + "_") for n in NOTEBOOKS), folder.name
+
+
 IMPORTED_PICK = "from common.devices import device_and_backend"  # launchers/common/devices.py
 IMPORTED_PREAMBLE = "from common.devices import init_distributed"  # its torchrun preamble
 
@@ -164,9 +253,9 @@ CPU_BY_DESIGN = {"broadcast_check_ranks.py"}
 
 
 def launchers_with_a_process_group() -> list[Path]:
-    """The launchers and the modules beside them that join a process group (layout_mains.py
+    """The launchers and the modules beside them that join a process group (nb12/layout_mains.py
     does it for notebook 12's launchers); devices.py defines init_distributed."""
-    files = sorted(LAUNCHERS.glob("*.py")) + sorted((LAUNCHERS / "common").glob("*.py"))
+    files = sorted(LAUNCHERS.glob("*.py")) + sorted(LAUNCHERS.glob("*/*.py"))  # common/, nbNN/
     return [p for p in files if p.name not in CPU_BY_DESIGN and p.name != "devices.py"
             and re.search(r"\b(init_process_group|init_distributed)\(", p.read_text())]
 

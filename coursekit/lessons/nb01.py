@@ -57,7 +57,7 @@ def state_and_outputs(ledger) -> tuple[int, int]:
 
 def plot_gil(gil: dict) -> None:
     """The race's speed-ups over one thread: 2 threads and 2 processes, per model."""
-    from common import dp_lab  # launchers/common/, importable after configure
+    from nb01 import dp_lab  # launchers/nb01/, importable after configure
 
     dp_lab.plot_pairs({f"2 {how}": [gil[name][how] for name in gil]
                        for how in ("threads", "processes")},
@@ -68,7 +68,7 @@ def plot_gil(gil: dict) -> None:
 def plot_gpu_calculator(gpu: dict, predicted: list) -> None:
     """Section 1's measured peaks against the calculator's ``predicted`` bytes, per GPU; keeps
     each GPU's relative error in ``gpu["error"]`` (for the results record)."""
-    from common import dp_lab
+    from nb01 import dp_lab
 
     gpu["error"] = [abs(p - m) / m for p, m in zip(predicted, gpu["peak"], strict=True)]
     dp_lab.plot_pairs({"measured peak": [p / MB for p in gpu["peak"]],
@@ -82,7 +82,7 @@ def plot_dp_vs_ddp(dp_mem: list, ddp_tensors: list, ddp_predicted: list, ddp_mem
     """DP's devices (``dp_mem``: real DP's allocator peaks on GPUs, beside DDP's; else the
     ``ledger``'s, by kind), each DDP rank's tensor bytes by kind with the calculator's, and
     ``what`` the memory system saw of each rank (``ddp_mem``)."""
-    from common import dp_lab
+    from nb01 import dp_lab
 
     kinds = None
     if on_gpus:  # the allocator's peaks of real DP and DDP, on the same GPUs
@@ -99,8 +99,9 @@ def memory_explorer() -> None:
     """The calculator's peaks per device, DataParallel against DDP, for a model described by
     sliders: drawn once at the default (kept in the executed copy), redrawn in a live notebook."""
     import ipywidgets as widgets
-    from common import dp_lab, memory
+    from common import memory
     from IPython.display import display
+    from nb01 import dp_lab
 
     default = dict(params_millions=350, batch=64, devices=4, activation_mb=120,
                    output_size=512 * 32000, dtype="float32", optimizer="adam")

@@ -1,8 +1,8 @@
 """Notebook 01's bookkeeping and pictures: the ledger, real DP's sampler, the plots.
 
-Not a launcher: a module that notebook 01 imports (from launchers/common/). What the notebook
+Not a launcher: a module that notebook 01 imports (from launchers/nb01/). What the notebook
 teaches (DataParallel's step re-implemented, the measurements, the claims) stays in the
-notebook; this file holds the accounting and the drawing that would bury it (common/
+notebook; this file holds the accounting and the drawing that would bury it (nb01/
 tensor_bytes.py counts what autograd saves, for the ledger and the DDP launcher alike).
 """
 

@@ -1,6 +1,6 @@
 """Notebook 01's GIL race: the work that DP's threads, or separate processes, run, and the race.
 
-Not a launcher: a small module that notebook 01 imports (common.gil_work). It is a file
+Not a launcher: a small module that notebook 01 imports (nb01.gil_work). It is a file
 because the processes of the race are started with "spawn" (a fresh interpreter, safe on
 macOS and after CUDA use, where forking a process is not), and a spawned process can only
 run code it can import: not a function or a class defined in a notebook.

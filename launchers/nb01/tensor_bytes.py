@@ -1,6 +1,6 @@
 """Counting a step's bytes as notebook 01's ledger does: not the lesson of its launcher.
 
-Notebook 01 rebuilds DataParallel over virtual devices (its ledger, common/dp_lab.py) and runs
+Notebook 01 rebuilds DataParallel over virtual devices (its ledger, nb01/dp_lab.py) and runs
 the same model under DDP (ddp_same_model.py); both count what a device holds the same way,
 with these: the bytes autograd saves for backward, tensors' bytes, the process's peak RSS.
 """

@@ -19,7 +19,6 @@ import traceback
 
 import torch
 import torch.distributed as dist
-
 from common.devices import init_distributed
 
 

@@ -1,7 +1,7 @@
 """The ranks of notebook 03's broadcast_from_rank0 check (its task-check cell runs this file
 under torchrun on 3 gloo ranks): not the lesson.
 
-    torchrun --nproc-per-node 3 launchers/common/broadcast_check_ranks.py CANDIDATES.json --out DIR
+    torchrun --nproc-per-node 3 launchers/nb03/broadcast_check_ranks.py CANDIDATES.json --out DIR
 
 CANDIDATES.json maps a name to [function name, its source, {name: module it uses}]. Each rank
 builds the model from its own seed (parameters, BatchNorm buffers and gradients all differ), runs

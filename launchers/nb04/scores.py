@@ -1,4 +1,4 @@
-"""Scoring a model on the held-out test set (training chain, notebooks 04, 05): not its lesson.
+"""Scoring a model on the held-out test set (notebook 04's training chain): not its lesson.
 
 `score_totals` adds up one rank's correct answers, loss and count; `evaluate` turns them into
 accuracy and mean loss on one rank alone, as steps 1 to 3 do. From step 4 on, a launcher's own

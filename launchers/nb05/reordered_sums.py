@@ -9,7 +9,6 @@ when they only sum the same batches in other orders (the floor a float32 compari
 
 import torch
 import torch.nn.functional as F
-
 from common.glyphs import Net
 
 

@@ -12,11 +12,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
 from common import bench_rounds
 from common.bench_rounds import Trainer, steps_for, timed_rounds
-from common.scaling_models import mlp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from nb06.scaling_models import mlp
 
 
 def options(argv=None):

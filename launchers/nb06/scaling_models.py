@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-
 from common.bench_rounds import Trainer, loss_of, sync, timed_rounds
 
 

@@ -9,7 +9,6 @@ import argparse
 
 import torch
 import torch.distributed as dist
-
 from common.pitfall_harness import report_shares
 
 

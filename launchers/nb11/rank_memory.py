@@ -15,11 +15,10 @@ import sys
 
 import torch
 import torch.distributed as dist
+from common.glyphs import Net
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.profiler import ProfilerActivity, profile
-
-from common.glyphs import Net
 
 
 class DeepNet(Net):

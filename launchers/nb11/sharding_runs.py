@@ -11,12 +11,12 @@ import os
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from common.glyphs import make_dataset
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import TensorDataset
 
-from common.glyphs import make_dataset
-from common.rank_memory import memory_kind
+from nb11.rank_memory import memory_kind
 
 
 def run_options(parser):

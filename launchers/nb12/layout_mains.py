@@ -4,7 +4,7 @@ Not their lesson: each launcher holds its split (Megatron's f and g and torch's 
 Stage, the schedules, the step with send and recv and torch's pipelining) and hands it to its
 main here, which parses the options, joins the process group, makes the batches and the
 one-process run, trains each requested split in turn from the same weights
-(common/layout_runs.py: beside one process, compared in float64) and writes metrics.json.
+(nb12/layout_runs.py: beside one process, compared in float64) and writes metrics.json.
 """
 
 import argparse
@@ -12,9 +12,9 @@ import os
 
 import torch
 import torch.distributed as dist
-
-from common import layout_runs, tiny_gpt
 from common.devices import device_and_backend, init_distributed
+
+from nb12 import layout_runs, tiny_gpt
 
 
 def layout_parser(doc, batch=True):

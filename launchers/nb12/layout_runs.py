@@ -1,12 +1,12 @@
 """What notebook 12's layout launchers do around their split: not their lesson.
 
-tensor_parallel.py, pipeline_parallel.py and fsdp_tp_2d.py each split common/tiny_gpt.py's
+tensor_parallel.py, pipeline_parallel.py and fsdp_tp_2d.py each split nb12/tiny_gpt.py's
 model their own way (that is the lesson, in the launcher). Around the split they all do the
 same, here: train step by step, printing each loss beside one process's; measure the first
 step (the bytes autograd keeps for backward, the collectives of forward and backward, the
 gradients); compare with the one-process run in float64; gather every rank's figures on
 rank 0, which writes metrics.json. The pipeline's own steps (train_pipeline) and its clock
-too. The two launchers' command lines and runs: common/layout_mains.py.
+too. The two launchers' command lines and runs: nb12/layout_mains.py.
 """
 
 import json
@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from common import tiny_gpt
+from nb12 import tiny_gpt
 
 
 def whole(tensor):

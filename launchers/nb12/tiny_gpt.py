@@ -4,7 +4,7 @@ Not a launcher: the small GPT-style transformer that tensor_parallel.py, pipelin
 and fsdp_tp_2d.py split (how they split it is their lesson), the token data they train on
 (made here, nothing downloaded), the one-process run they must reproduce, and the two
 instruments the lesson reads: the bytes autograd keeps for backward, and the collectives a
-step runs. common/layout_runs.py trains a split copy with them.
+step runs. nb12/layout_runs.py trains a split copy with them.
 """
 
 import math

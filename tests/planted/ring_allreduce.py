@@ -14,7 +14,7 @@ DOC = '''\
     torchrun --nproc-per-node 4 launchers/ring_allreduce.py --impl solutions/ring_allreduce.py
 
 ring_all_reduce() is filled in; the rest is the exercise's own. Run it through the exercise, as
-above: its check, launchers/common/ring_check.py, is imported from beside the launcher.
+above: its check, launchers/nb02/ring_check.py, is imported from beside the launcher.
 """
 '''
 SHARED = [
