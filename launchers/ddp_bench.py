@@ -1,6 +1,8 @@
 """DP vs DDP, measured: throughput, scaling, buckets and overlap, in one torchrun job.
 
-    torchrun --nproc-per-node 2 launchers/ddp_bench.py --out DIR
+    torchrun --nproc-per-node 2 launchers/ddp_bench.py --out DIR <the lesson's sizes>
+
+(notebook 06's BENCH_ARGS: every size is a required option, nb06/bench_job.py lists them)
 
 Each part builds its variants, timed in interleaved rounds (common/bench_rounds.py), with
 --threads intra-op threads per rank (1). Parts: scaling (1 process, DataParallel, DDP on 1..N
@@ -13,13 +15,19 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spare threads sleep, not spin: before torch
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 from common.bench_rounds import Trainer, buckets_made, footprint, steps_for, timed_rounds
 from common.devices import init_distributed
 from common.step_profile import profiled_part
 from nb06.bench_job import options, part_sweep, run_parts
 from nb06.grad_reductions import AsyncPerParameter, one_flat_all_reduce, per_parameter_blocking
-from nb06.scaling_models import PythonHeavy, all_threads_rounds, dataparallel, mlp, model_facts
+from nb06.scaling_models import (
+    PythonHeavy,
+    all_threads_rounds,
+    dataparallel,
+    linear_stack,
+    mlp,
+    model_facts,
+)
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 SCALING_DDP = {}  # the scaling part's N-rank DDP step on the MLP, its batch per rank and width
@@ -61,7 +69,7 @@ def part_scaling(args, device, rank, world, groups, name):
 
 def part_buckets(args, device, rank, world, cpu):
     torch.manual_seed(0)
-    base = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
+    base = linear_stack(args.bucket_layers, args.bucket_width).to(device)
     models = {"per-parameter, blocking": (copy.deepcopy(base), per_parameter_blocking)}
     m = copy.deepcopy(base)
     models["per-parameter, async in backward"] = (m, AsyncPerParameter(m))
@@ -73,7 +81,8 @@ def part_buckets(args, device, rank, world, cpu):
         models[f"DDP bucket_cap_mb={cap:g}"] = (wrap(base, device, bucket_cap_mb=cap), None)
     models["DDP default buckets, gradient_as_bucket_view"] = (
         wrap(base, device, gradient_as_bucket_view=True), None)
-    variants = {k: Trainer(m, args.bucket_batch, 256, device, r) for k, (m, r) in models.items()}
+    variants = {k: Trainer(m, args.bucket_batch, args.bucket_width, device, r)
+                for k, (m, r) in models.items()}
     steps = steps_for(variants["DDP default buckets"].step, set(range(world)),
                       args.target_s / 2, device, cpu)
     seconds = timed_rounds({k: (t.step, set(range(world))) for k, t in variants.items()},
@@ -86,9 +95,9 @@ def part_buckets(args, device, rank, world, cpu):
 
 def part_profile(args, device, rank, cpu):
     torch.manual_seed(0)  # DDP with small buckets (several: overlap to see), profiled steps
-    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(args.layers)]).to(device)
+    model = linear_stack(args.bucket_layers, args.bucket_width).to(device)
     ddp = wrap(model, device, bucket_cap_mb=args.profile_bucket_mb)
-    trainer = Trainer(ddp, args.bucket_batch, 256, device)
+    trainer = Trainer(ddp, args.bucket_batch, args.bucket_width, device)
     return profiled_part(trainer, device, args.profile_steps, rank, args.out, cpu)
 
 

@@ -2,7 +2,9 @@
 """The course's generated text, in every Markdown file that holds its markers (never typed):
 
 - blocks between ``<!-- NAME: begin (scripts/readme.py) -->`` and ``<!-- NAME: end -->``:
-  ``course-map`` (README.md), from the course's table (coursekit/course.py); ``ci-times``
+  ``course-map`` (README.md), from the course's table (coursekit/course.py);
+  ``lesson-constants`` (CONTRIBUTING.md), each notebook's constants and the cell binding them
+  (coursekit/lesson_constants.py); ``ci-times``
   (docs/internals.md), the last fresh-clone .ci/run's stages and where `make test` spent its
   time; ``verify-times`` (docs/instructors.md), each notebook's full-size verify seconds and
   its class budget;
@@ -36,15 +38,19 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import ci_times  # noqa: E402  beside this script
 
 from coursekit.course import course_map  # noqa: E402
+from coursekit.lesson_constants import constants_table  # noqa: E402
 from coursekit.report import class_minutes  # noqa: E402
 
 README = ROOT / "README.md"
 MAP = ("<!-- course-map: begin (scripts/readme.py) -->", "<!-- course-map: end -->")
+CONSTANTS = ("<!-- lesson-constants: begin (scripts/readme.py) -->",
+             "<!-- lesson-constants: end -->")
 NOT_SCANNED = {ROOT / "docs" / "claims.md"}  # written by make claims, not by this script
 
 # a block: its markers, what goes between them, and the file that must hold it
 BLOCKS: dict[str, tuple[tuple[str, str], Callable[[dict], str], str]] = {
     "course-map": (MAP, lambda figures: course_map(), "README.md"),
+    "lesson-constants": (CONSTANTS, lambda figures: constants_table(), "CONTRIBUTING.md"),
     "ci-times": ((ci_times.BEGIN, ci_times.END), ci_times.table, "docs/internals.md"),
     "verify-times": ((ci_times.NB_BEGIN, ci_times.NB_END), ci_times.notebook_table,
                      "docs/instructors.md"),

@@ -16,6 +16,7 @@ import torch
 from conftest import ROOT, comparison_starting, execute_notebook
 
 from coursekit import bench, outcome_of
+from coursekit.lesson_constants import constant_values
 
 NOTEBOOK = ROOT / "notebooks" / "06_dp_vs_ddp_measured.ipynb"
 SOLUTIONS = ROOT / "solutions" / "06_dp_vs_ddp_measured.py"
@@ -57,10 +58,16 @@ def test_the_tasks_are_judged_by_this_runs_facts(results):
     assert results["bucket_cap_best_mb"] in fast and results["backward_ms"] > 0
 
 
+def bucket_tensor_bytes(layers: int, width: int) -> list[int]:
+    """Section 4's model's gradients, in backward's order: each layer's bias, then weight."""
+    return [4 * width, 4 * width * width] * layers
+
+
 # the bucket count's check, on every planted mistake (no notebook run: the check is a
-# function), with the facts torch 2.13's DDP gives section 4's model (test_buckets_ddp_made)
-TENSOR_BYTES = [4 * 256, 4 * 256 * 256] * 50  # bias, weight: backward's order, 50 layers
-MADE = {None: 2, 0.25: 50, 1.0: 13, 4.0: 4, 25.0: 1}
+# function), at section 4's model and caps as the notebook sets them, with the counts of the
+# reference rule, which test_buckets_ddp_made checks against the buckets DDP made
+LESSON = constant_values(NOTEBOOK, "BUCKET_LAYERS", "BUCKET_WIDTH", "BUCKET_CAPS_MB")
+TENSOR_BYTES = bucket_tensor_bytes(LESSON["BUCKET_LAYERS"], LESSON["BUCKET_WIDTH"])
 BUCKET_MISTAKES = {
     "ceil_of_the_total": "cuts tensors at the cap",
     "floor_of_the_total": "rounded down",
@@ -75,14 +82,16 @@ def test_every_planted_mistake_of_the_bucket_count_is_named(tmp_path):
     from task_kit import load_module, planted, task_checks
 
     check = task_checks("06")["check_bucket_count"]
-    ok, message = check(reference().bucket_count, TENSOR_BYTES, MADE)
-    assert ok is True and message.startswith("DDP made 2 for the default, 50 for 0.25"), message
-    assert check(lambda tensor_bytes, bucket_cap_mb=None: None, TENSOR_BYTES, MADE)[0] is None
+    made = {cap: reference().bucket_count(TENSOR_BYTES, cap)
+            for cap in (None, *LESSON["BUCKET_CAPS_MB"])}
+    ok, message = check(reference().bucket_count, TENSOR_BYTES, made)
+    assert ok is True and message.startswith(f"DDP made {made[None]} for the default"), message
+    assert check(lambda tensor_bytes, bucket_cap_mb=None: None, TENSOR_BYTES, made)[0] is None
     files = planted("bucket_count", tmp_path)
     assert sorted(files) == sorted(BUCKET_MISTAKES)
     messages = []
     for stem, named in BUCKET_MISTAKES.items():
-        ok, message = check(load_module(files[stem]).bucket_count, TENSOR_BYTES, MADE)
+        ok, message = check(load_module(files[stem]).bucket_count, TENSOR_BYTES, made)
         assert ok is False and named in message, (stem, message)
         messages.append(message)
     assert len(set(messages)) == len(messages), "two mistakes got the same message"
@@ -233,13 +242,15 @@ def test_dataparallel_rebuilt_equals_one_process_in_float64(common):
 
 
 def test_buckets_ddp_made(results):
-    # torch 2.13: the default keeps a first bucket of 1 MiB, an explicit cap (even 25) does
-    # not (_BucketCapacityConfig); 50 x Linear(256, 256) = 100 tensors, 13.2 MB of gradients
-    assert results["buckets_default"] == 2
-    assert results["buckets_cap_25"] == 1
-    assert results["buckets_cap_4"] == 4
-    assert results["buckets_cap_1"] == 13
-    assert results["buckets_cap_0p25"] == 50
+    """The buckets DDP made, for the model and caps the run had (its results record), are the
+    reference rule's: whole tensors, a bucket closed once it holds at least its cap; the
+    default keeps a first bucket of 1 MiB, an explicit cap does not (_BucketCapacityConfig)."""
+    tensor_bytes = bucket_tensor_bytes(results["bucket_layers"], results["bucket_width"])
+    count = reference().bucket_count
+    caps = [float(c) for c in results["bucket_caps_mb"].split(", ")]
+    for cap in caps:
+        assert results[f"buckets_cap_{cap:g}".replace(".", "p")] == count(tensor_bytes, cap), cap
+    assert results["buckets_default"] == count(tensor_bytes, None)
     assert claim_about(results, "explicit")["held"] is True
 
 
@@ -258,7 +269,8 @@ def test_overlap_and_the_trace(results):
 
 
 def test_memory_and_plots(results):
-    assert results["bucket_cap_best_mb"] in {0.25, 1.0, 4.0, 25.0}
+    caps = [float(c) for c in results["bucket_caps_mb"].split(", ")]
+    assert results["bucket_cap_best_mb"] in caps
     assert results["efficiency_1"] > 0 and results["efficiency_2"] > 0
     assert results["dp_device0_memory_ratio"] > 1  # DP: device 0 carries more (calculator)
     assert results["ddp_memory_balance"] == pytest.approx(1.0)  # DDP: equal ranks

@@ -181,3 +181,34 @@ def test_the_docs_name_no_function_or_file_the_code_lacks():
         missing += [f"{doc.name}: {p}" for p in FILE_NAME.findall(text)
                     if "NN" not in p and not (ROOT / p.rstrip(".")).exists()]  # NN: a pattern
     assert not missing, missing
+
+
+def test_each_lesson_constant_is_bound_once():
+    """A lesson's number lives in one place: one cell of its notebook, or its lesson module
+    named in the notebook as ``X = lesson.X`` (CONTRIBUTING.md, "A lesson's numbers, once")."""
+    from coursekit.lesson_constants import bound_twice
+
+    found = [said for nb in NOTEBOOKS for said in bound_twice(nb)]
+    assert not found, "\n".join(found)
+
+
+def test_a_second_binding_of_a_lesson_constant_is_named(tmp_path, monkeypatch):
+    from coursekit import lesson_constants
+
+    (tmp_path / "lessons").mkdir()
+    (tmp_path / "lessons" / "nb99.py").write_text('CAPS = (1, 2)\nSTRATEGIES = ("a", "b")\n')
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("SMOKE = False\nWIDTH, DEPTH = 8, 2"),
+                nbformat.v4.new_code_cell("STRATEGIES = lesson.STRATEGIES\nCAPS = (1, 2)"),
+                nbformat.v4.new_code_cell("%%writefile x.py\nWIDTH = 3"),
+                nbformat.v4.new_code_cell("WIDTH = 16  # a second definition")]
+    path = tmp_path / "99_made_up.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setattr(lesson_constants, "LESSONS", tmp_path / "lessons")
+    monkeypatch.setattr(lesson_constants, "ROOT", tmp_path)
+    assert lesson_constants.bound_twice(path) == [
+        "99_made_up: WIDTH is bound in cells [0, 3]",
+        "99_made_up: CAPS is bound in cell 1 and in lessons/nb99.py"]
+    assert lesson_constants.from_lesson_module(path) == ["STRATEGIES"]
+    assert lesson_constants.constant_values(path, "WIDTH", "DEPTH", "CAPS") == {
+        "WIDTH": 16, "DEPTH": 2, "CAPS": (1, 2)}

@@ -53,8 +53,9 @@ QUICK_ARGS = {
                         "--layers", "4", "--width", "32", "--rounds", "1", "--steps", "1",
                         "--bucket-mb", "0.01,1"],
     "ddp_bench.py": ["--rounds", "1", "--target-s", "0.01", "--width", "32", "--batch", "4",
-                     "--sweep-width", "32", "--sweep-batches", "2,8", "--bucket-caps", "1,25",
-                     "--bucket-batch", "2", "--layers", "4"],
+                     "--py-batch", "4", "--sweep-width", "32", "--sweep-batches", "2,8",
+                     "--bucket-caps", "1,25", "--bucket-layers", "4", "--bucket-width", "32",
+                     "--bucket-batch", "2", "--profile-bucket-mb", "1"],
 }
 def writefile_cells() -> dict[Path, tuple[str, str]]:
     """launcher path -> (notebook name, the text its %%writefile cell writes)."""

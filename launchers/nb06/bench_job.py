@@ -23,29 +23,32 @@ def options(argv=None):
     """ddp_bench.py's command line; lists come back split (--parts, --sweep-batches, ...)."""
     parser = argparse.ArgumentParser(description="DP vs DDP, measured (notebook 06)")
     parser.add_argument("--parts", default="scaling,sweep,buckets,profile")
-    parser.add_argument("--width", type=int, default=512, help="MLP width (scaling, sweep)")
+    # the lesson's numbers come from notebook 06 (BENCH_ARGS): required, no default to drift
+    parser.add_argument("--width", type=int, required=True, help="MLP width (scaling)")
     parser.add_argument("--depth", type=int, default=4, help="hidden layers of the MLP")
-    parser.add_argument("--batch", type=int, default=256, help="batch per rank (scaling)")
+    parser.add_argument("--batch", type=int, required=True, help="batch per rank (scaling)")
     parser.add_argument("--py-width", type=int, default=16, help="python model: layer width")
     parser.add_argument("--py-layers", type=int, default=8, help="python model: layers")
     parser.add_argument("--py-gate", type=int, default=512, help="python model: Python terms")
-    parser.add_argument("--py-batch", type=int, default=None,
-                        help="batch per rank (python model; default: 16, at most --batch)")
-    parser.add_argument("--sweep-width", type=int, default=512, help="MLP width (sweep)")
-    parser.add_argument("--sweep-batches", default="2,16,128,1024", help="batch per rank")
-    parser.add_argument("--layers", type=int, default=50, help="Linear(256, 256) layers")
-    parser.add_argument("--bucket-batch", type=int, default=32)
-    parser.add_argument("--bucket-caps", required=True,  # the lesson's, from notebook 06
+    parser.add_argument("--py-batch", type=int, required=True, help="batch per rank (python)")
+    parser.add_argument("--sweep-width", type=int, required=True, help="MLP width (sweep)")
+    parser.add_argument("--sweep-batches", required=True, help="batches per rank, comma separated")
+    parser.add_argument("--bucket-layers", type=int, required=True, help="buckets' model: layers")
+    parser.add_argument("--bucket-width", type=int, required=True,
+                        help="buckets' model: Linear(width, width)")
+    parser.add_argument("--bucket-batch", type=int, required=True, help="buckets' batch per rank")
+    parser.add_argument("--bucket-caps", required=True,
                         help="bucket_cap_mb values (MiB), comma separated")
-    parser.add_argument("--profile-bucket-mb", type=float, default=1)
+    parser.add_argument("--profile-bucket-mb", type=float, required=True,
+                        help="bucket_cap_mb of the profiled step")
     parser.add_argument("--profile-steps", type=int, default=3, help="profiled steps (median)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
-    parser.add_argument("--target-s", type=float, default=0.3, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, required=True, help="interleaved rounds (median)")
+    parser.add_argument("--target-s", type=float, required=True,
+                        help="seconds per measurement")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args(argv)
-    args.py_batch = args.py_batch or min(16, args.batch)
     args.sweep_batches = [int(b) for b in args.sweep_batches.split(",")]
     args.bucket_caps = [float(c) for c in args.bucket_caps.split(",")]
     args.parts = args.parts.split(",")
@@ -58,7 +61,7 @@ def run_parts(args, parts, device, backend, cpu):
     load average as it started, each rank's peak memory (`cpu`: the gloo group)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     metrics = {"world_size": world, "backend": backend, "device": str(device),
-               "threads_per_rank": args.threads, "rounds": args.rounds,
+               "threads_per_rank": args.threads, "rounds": args.rounds, "options": vars(args),
                "torch": torch.__version__, "cpus": os.cpu_count(),
                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     os.makedirs(args.out, exist_ok=True)

@@ -18,6 +18,11 @@ import torch.nn as nn
 from common.bench_rounds import Trainer, loss_of, sync, timed_rounds
 
 
+def linear_stack(layers, width):
+    """Section 4's model: ``layers`` x Linear(width, width), two gradient tensors each."""
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+
+
 def mlp(width, depth, classes=10):
     layers = []
     for _ in range(depth):
