@@ -1,7 +1,8 @@
 """Your three DDPs and torch's, measured side by side: step time, calls per step, overlap.
 
     torchrun --nproc-per-node 2 launchers/my_ddp_bench.py --naive launchers/my_ddp_naive.py \
-        --overlapped launchers/my_ddp_overlapped.py --bucketed launchers/my_ddp_bucketed.py
+        --overlapped launchers/my_ddp_overlapped.py --bucketed launchers/my_ddp_bucketed.py \
+        --layers 50 --width 256 --batch 32 --steps 5 --rounds 7 --bucket-mb 0.5,2,8,25
 
 One model of many tensors (--layers x Linear(--width, --width)): each variant trains its own
 copy. The step times come from notebook 06's interleaved rounds (common/bench_rounds.py): every
@@ -38,12 +39,13 @@ def main():
     parser.add_argument("--naive", required=True, help="the file of NaiveDDP")
     parser.add_argument("--overlapped", required=True, help="the file of OverlappedDDP")
     parser.add_argument("--bucketed", required=True, help="the file of BucketedDDP")
-    parser.add_argument("--bucket-mb", default="0.5,2,8,25", help="bucket sizes for BucketedDDP")
-    parser.add_argument("--layers", type=int, default=50)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=32, help="samples per rank and step")
-    parser.add_argument("--steps", type=int, default=5, help="steps per variant and round")
-    parser.add_argument("--rounds", type=int, default=7)
+    # the race's sizes come from notebook 07 (BENCH_ARGS): required, no default to drift
+    parser.add_argument("--bucket-mb", required=True, help="bucket sizes for BucketedDDP (MiB)")
+    parser.add_argument("--layers", type=int, required=True)
+    parser.add_argument("--width", type=int, required=True)
+    parser.add_argument("--batch", type=int, required=True, help="samples per rank and step")
+    parser.add_argument("--steps", type=int, required=True, help="steps per variant and round")
+    parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--out", default="out", help="folder for metrics.json (rank 0 writes)")
     args = parser.parse_args()
 

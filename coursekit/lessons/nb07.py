@@ -85,6 +85,13 @@ def save(setup, claims, tasks, *, race: dict, ms: dict, whose: str,
     }, setup, claims=claims, tasks=tasks)  # fmt: skip
 
 
+def show_race_model(layers: int, width: int, batch: int) -> None:
+    """The race's model, as the notebook's constants set it (the markdown names them)."""
+    grad_bytes = 4 * layers * (width * width + width)  # float32 weights and biases
+    print(f"The race's model (section 4): {layers} × Linear({width}, {width}), {2 * layers} fp32 "
+          f"gradient tensors, {grad_bytes / 2**20:.2f} MiB of gradients, batch {batch} per rank")
+
+
 def plot_race(race: dict, ms: dict, whose: str) -> None:
     """Each variant's step time (median of the rounds, whiskers min to max), its all-reduce
     calls per step in its label."""
