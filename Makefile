@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions=$(SOLUTIONS)) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab sync claims screen progress bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
+.PHONY: setup verify test lint lab sync claims screen progress class-plan bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
         site reset clean
 
 setup: $(STAMP)
@@ -91,6 +91,12 @@ screen: setup  ## what a learner sees: visible lines, bookkeeping share, long ce
 
 progress: setup  ## the course's tasks: solved, not yet, not tried (from build/results)
 	$(PY) -c 'import sys, coursekit; sys.exit(coursekit.progress.main())'
+
+# make class-plan SEATS=16 GPUS=8 CORES=64 MEMORY_GIB=512 GPUS_PER_SEAT=1 (hardware: this machine's)
+class-plan: setup  ## what each seat of a class server gets (GPUs, cores, memory, tier), or why not
+	$(PY) -m coursekit.classplan --seats $(or $(SEATS),$(error give SEATS=N)) $(if $(GPUS),--gpus $(GPUS)) \
+		$(if $(CORES),--cores $(CORES)) $(if $(MEMORY_GIB),--memory-gib $(MEMORY_GIB)) \
+		$(if $(GPUS_PER_SEAT),--gpus-per-seat $(GPUS_PER_SEAT)) $(if $(GPU_IDS),--gpu-ids $(GPU_IDS))
 
 reset: setup  ## between classes: stop this course's leftover processes, then remove build/
 	$(PY) -m coursekit.reset

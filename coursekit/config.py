@@ -73,6 +73,16 @@ def backend_for(device: str, nproc: int, n_gpus: int) -> str:
     return "nccl" if device == "cuda" and nproc <= n_gpus else "gloo"
 
 
+def tier_for(n_gpus: int, DEVICE: str = "auto") -> tuple[str, str, int]:  # noqa: N803
+    """(device, tier, default ranks per run) where PyTorch sees ``n_gpus`` GPUs: the decision
+    :func:`configure` makes (the class plan, coursekit/classplan.py, promises its seats the same).
+    ``n_gpus`` follows ``CUDA_VISIBLE_DEVICES``: "" shows none, "2,3" two."""
+    device = "cuda" if DEVICE == "cuda" or (DEVICE == "auto" and n_gpus > 0) else "cpu"
+    if device == "cpu":
+        return device, "cpu", CPU_DEFAULT_NPROC
+    return device, ("single-gpu" if n_gpus == 1 else "multi-gpu"), n_gpus
+
+
 def visible_gpus() -> list[str]:
     """Names of the CUDA GPUs PyTorch can use here."""
     if importlib.metadata.version("torch").endswith("+cpu"):
@@ -156,11 +166,7 @@ def configure(
             "no CUDA GPU is visible to PyTorch here. Use DEVICE='auto' (or 'cpu') to run on "
             "the CPU tier, or check nvidia-smi and CUDA_VISIBLE_DEVICES",
         )
-    device = "cuda" if DEVICE == "cuda" or (DEVICE == "auto" and n_gpus > 0) else "cpu"
-    if device == "cpu":
-        tier, default_nproc = "cpu", CPU_DEFAULT_NPROC
-    else:
-        tier, default_nproc = ("single-gpu" if n_gpus == 1 else "multi-gpu"), n_gpus
+    device, tier, default_nproc = tier_for(n_gpus, DEVICE)
     nproc = int(NPROC) if NPROC is not None else default_nproc
     note = ""
     if nproc < min_nproc:

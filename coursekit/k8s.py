@@ -66,6 +66,21 @@ def validate_document(doc: dict, version: str | None = None) -> str:
     return label
 
 
+def validate_piece(obj, definition: str, where: str, version: str | None = None) -> None:
+    """Validate a piece of a resource (a ``Volume``, a ``Toleration``: ``definition`` is its name
+    in ``io.k8s.api.core.v1``) in strict mode, as Helm values hand them to a pod spec. Raises
+    ManifestError naming ``where`` (the piece's place in its file)."""
+    version = _full(version or kubernetes_version())
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+              "$id": "https://kubernetes.io/api/piece",
+              "$ref": f"/api/_definitions.json#/$defs/io.k8s.api.core.v1.{definition}"}
+    validator = jsonschema.Draft202012Validator(schema, registry=_definitions_registry(version))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+    if error is not None:
+        at = "/".join(str(p) for p in error.path)
+        raise ManifestError(f"{where}{'/' + at if at else ''} ({definition}): {error.message}")
+
+
 def _full(version: str) -> str:
     from kubernetes_validate import utils
 
