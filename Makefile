@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERIFY_FLAGS = $(if $(SMOKE),--smoke) $(if $(SOLUTIONS),--solutions=$(SOLUTIONS)) $(if $(NPROC),--nproc $(NPROC)) \
                $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
 
-.PHONY: setup verify test lint lab sync claims screen progress class-plan bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
+.PHONY: setup verify test lint lab sync claims screen progress class-plan class-hub class-check bench bench-ddp gpu-check gpu-wheels gpu-rehearsal matrix teardown-abort \
         site reset clean
 
 setup: $(STAMP)
@@ -97,6 +97,23 @@ class-plan: setup  ## what each seat of a class server gets (GPUs, cores, memory
 	$(PY) -m coursekit.classplan --seats $(or $(SEATS),$(error give SEATS=N)) $(if $(GPUS),--gpus $(GPUS)) \
 		$(if $(CORES),--cores $(CORES)) $(if $(MEMORY_GIB),--memory-gib $(MEMORY_GIB)) \
 		$(if $(GPUS_PER_SEAT),--gpus-per-seat $(GPUS_PER_SEAT)) $(if $(GPU_IDS),--gpu-ids $(GPU_IDS))
+
+# as root: sudo CLASS_PASSWORD=... make class-hub SEATS=16 IP=0.0.0.0 PORT=8000 (plan options above)
+HUB_PROXY := jupyter/class-hub/node_modules/.bin/configurable-http-proxy
+$(HUB_PROXY): jupyter/class-hub/package.json jupyter/class-hub/package-lock.json
+	npm ci --no-audit --no-fund --prefix jupyter/class-hub
+	touch $@
+
+class-hub: setup $(HUB_PROXY)  ## JupyterHub seating a workshop: a user, a copy, cores and memory per seat
+	$(PY) -m coursekit.classhub --seats $(or $(SEATS),$(error give SEATS=N)) $(if $(GPUS),--gpus $(GPUS)) \
+		$(if $(CORES),--cores $(CORES)) $(if $(MEMORY_GIB),--memory-gib $(MEMORY_GIB)) \
+		$(if $(GPUS_PER_SEAT),--gpus-per-seat $(GPUS_PER_SEAT)) $(if $(GPU_IDS),--gpu-ids $(GPU_IDS)) \
+		$(if $(IP),--ip $(IP)) $(if $(PORT),--port $(PORT)) $(if $(SEATS_DIR),--seats-dir $(SEATS_DIR)) \
+		$(if $(CULL),--cull-timeout $(CULL)) $(if $(SSL_CERT),--ssl-cert $(SSL_CERT) --ssl-key $(SSL_KEY))
+
+# the night before, while make class-hub runs: notebooks 00 and 03 at SMOKE in every seat at once
+class-check: setup  ## build/class-check.json: a row per seat (tier, GPUs, cores, seconds, verdict)
+	$(PY) -m coursekit.classcheck $(if $(SEATS_DIR),--state $(SEATS_DIR)/.hub/state.json) $(if $(ONLY),--only $(ONLY))
 
 reset: setup  ## between classes: stop this course's leftover processes, then remove build/
 	$(PY) -m coursekit.reset

@@ -268,8 +268,8 @@ def plan(seats: int, gpus: int, cores: int, memory_gib: float, gpus_per_seat: in
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids)),
             # CUDA numbers GPUs fastest first unless told; nvidia-smi (and these ids) by bus
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            # the runner gives each rank the environment's threads, else os.cpu_count() // ranks,
-            # which counts every core of the server, not the seat's
+            # each rank's threads, set once for the seat (the runner would also divide the cores
+            # the seat is pinned to between its ranks)
             "OMP_NUM_THREADS": str(threads),
             # more threads than the seat's cores (notebook 12's 4 ranks): waiting threads sleep
             "OMP_WAIT_POLICY": "PASSIVE",
@@ -311,25 +311,36 @@ def _ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: give GPU ids as 0,1,2") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coursekit.classplan",
-                                     description=__doc__.split("\n\n")[1])
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """The plan's options (this command's, and the class hub's: coursekit/classhub.py)."""
     parser.add_argument("--seats", type=int, required=True, help="attendees, one seat each")
     parser.add_argument("--gpus", type=int, help="GPUs of the server (default: NVML's count)")
     parser.add_argument("--cores", type=int, help="cores of the server (default: this one's)")
     parser.add_argument("--memory-gib", type=float, help="memory the seats share (default: all)")
     parser.add_argument("--gpus-per-seat", type=int, help="0 seats everyone on the CPU tier")
     parser.add_argument("--gpu-ids", type=_ids, help="the GPUs to use, as 0,1,2 (default: all)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    args = parser.parse_args(argv)
+
+
+def plan_from(args: argparse.Namespace) -> ClassPlan:
+    """The plan the options of :func:`add_plan_arguments` ask for, on this machine's hardware
+    where they name none."""
     gpus, cores, memory = this_machine()
     if args.gpus is None and args.gpu_ids is not None:
         gpus = len(args.gpu_ids)
+    return plan(args.seats, gpus if args.gpus is None else args.gpus,
+                cores if args.cores is None else args.cores,
+                memory if args.memory_gib is None else args.memory_gib,
+                gpus_per_seat=args.gpus_per_seat, gpu_ids=args.gpu_ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.classplan",
+                                     description=__doc__.split("\n\n")[1])
+    add_plan_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    args = parser.parse_args(argv)
     try:
-        result = plan(args.seats, gpus if args.gpus is None else args.gpus,
-                      cores if args.cores is None else args.cores,
-                      memory if args.memory_gib is None else args.memory_gib,
-                      gpus_per_seat=args.gpus_per_seat, gpu_ids=args.gpu_ids)
+        result = plan_from(args)
     except PlanError as e:
         print(f"class plan refused: {e}", file=sys.stderr)
         return 2

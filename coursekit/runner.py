@@ -188,13 +188,14 @@ def run_launcher(
         "--log-dir", str(run_dir / "logs"), "--tee", "3",
         *torchrun_args, str(script), *args,
     ]  # fmt: skip
-    torchrun_env = {
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, os.cpu_count() // nproc))),
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torchrun_env = {  # the cores this process may use (a class seat is pinned to some)
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, cores // nproc))),
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:",
         **(env or {}),
     }
     threads = nproc * int(torchrun_env["OMP_NUM_THREADS"])
-    if threads > os.cpu_count() and "OMP_WAIT_POLICY" not in {**os.environ, **torchrun_env}:
+    if threads > cores and "OMP_WAIT_POLICY" not in {**os.environ, **torchrun_env}:
         # more OpenMP threads than cores: a thread that spins while it waits for its team
         # holds the core a descheduled teammate needs (2 ranks x 2 threads on 2 cores: the
         # proof of notebook 05 took 70 s spinning, 14 s passive; the same sums either way)
