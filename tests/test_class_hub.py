@@ -119,22 +119,45 @@ def log_in_and_run_all(page, base: str, seat: str) -> None:
     page.locator(f"{PANEL} .jp-Cell").first.wait_for(timeout=120_000)
     idle = page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']")
     settled = 0
-    for _ in range(240):  # until the kernel is idle and no dialog came up for a second
-        pick_the_kernel(page)
-        settled = settled + 1 if idle.count() else 0
-        if settled >= 4:
+    for _ in range(240):  # until the kernel is idle and no dialog came up for 3 seconds
+        settled = 0 if pick_the_kernel(page) or not idle.count() else settled + 1
+        if settled >= 12:
             break
         time.sleep(0.25)
+    run_all(page)
+
+
+def run_all(page) -> None:
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
-def pick_the_kernel(page) -> None:
+def never_started(page) -> bool:
+    """Run All left every cell unrun and the kernel idle (it was clicked while the kernel
+    was being chosen): a person clicks Run All again."""
+    prompts = page.evaluate(PROMPTS_JS, PANEL)
+    idle = page.locator(f"{PANEL} .jp-Notebook-ExecutionIndicator[data-status='idle']").count()
+    return bool(idle) and not any(re.search(r"[\d*]", p) for p in prompts)
+
+
+def pick_the_kernel(page) -> bool:
     """A server still starting may ask which kernel to start: the notebook's own, as an
-    attendee picks it."""
+    attendee picks it. -> whether it asked."""
     chooser = page.get_by_role("dialog").filter(has_text="Select Kernel")
     if chooser.count():
         chooser.get_by_role("button", name="Select", exact=True).click()
+        return True
+    return False
+
+
+def steady(condition, looks: int, gap: float) -> bool:
+    """``condition()`` held at each of ``looks`` looks, ``gap`` seconds apart."""
+    for k in range(looks):
+        if not condition():
+            return False
+        if k < looks - 1:
+            time.sleep(gap)
+    return True
 
 
 def finished(page) -> bool:
@@ -165,9 +188,10 @@ def test_three_attendees_run_notebook_00_at_once_each_in_their_own_seat(hub):
                 pytest.fail(f"still running after 300 s: {running} (screenshots in {shots})")
             for name in list(running):
                 pick_the_kernel(pages[name])
-                if finished(pages[name]):  # three looks, a second apart, to be sure
-                    if all(finished(pages[name]) or time.sleep(0.5) for _ in range(3)):
-                        running.discard(name)
+                if steady(lambda page=pages[name]: never_started(page), looks=5, gap=1):
+                    run_all(pages[name])  # still nothing ran after 5 s: once more
+                if steady(lambda page=pages[name]: finished(page), looks=3, gap=0.5):
+                    running.discard(name)
             time.sleep(0.5)
         print(f"\nthree seats ran notebook 00 at once in {time.monotonic() - start:.0f} s")
         for name, page in pages.items():
